@@ -1,0 +1,50 @@
+"""DaCe Workbench: see and cut data movement in neural networks.
+
+``ws = workbench.open("model.onnx")`` (or a bundled name such as
+``"bert-layer"``) imports a model into an SDFG and returns a Session.
+"""
+from pathlib import Path
+
+from workbench.errors import (BadInputError, BuildError, CheckFailed, ModelLoadError,
+                              UnknownModelError, UnsupportedCaseError, UnsupportedOpError,
+                              WorkbenchError)
+from workbench.progress import SILENT
+
+__all__ = ["open", "resolve_model", "Session", "WorkbenchError", "BadInputError", "CheckFailed",
+           "BuildError", "ModelLoadError", "UnknownModelError", "UnsupportedOpError",
+           "UnsupportedCaseError"]
+
+
+def resolve_model(path_or_name) -> Path:
+    """A file path, or the path of a bundled model written to the cache."""
+    import sdfg_models
+    text = str(path_or_name)
+    if text in sdfg_models.names():
+        return sdfg_models.path_for(text)
+    path = Path(text).expanduser()
+    if path.exists() or any(s in text for s in ("/", "\\")) or path.suffix:
+        return path
+    raise UnknownModelError(f"'{text}' is neither a file nor a bundled model; bundled models "
+                            f"are {', '.join(sdfg_models.names())}.")
+
+
+def open(path_or_name, input_shapes: dict = None, progress=SILENT):  # noqa: A001 (API name)
+    """Import a model file or bundled model and return a Session over it."""
+    from workbench.importer import import_model
+    from workbench.session import Session
+    path = resolve_model(path_or_name)
+    name = str(path_or_name) if str(path_or_name) in _bundled() else path.stem
+    imported = import_model(path, input_shapes=input_shapes, name=name, progress=progress)
+    return Session(imported, progress)
+
+
+def _bundled():
+    import sdfg_models
+    return sdfg_models.names()
+
+
+def __getattr__(name):
+    if name == "Session":
+        from workbench.session import Session
+        return Session
+    raise AttributeError(name)

@@ -1,0 +1,57 @@
+"""ONNX model -> SDFG with static shapes and weights bound at call time."""
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+
+from workbench.importer.fold import fold_constants
+from workbench.importer.load import check_model, load_model
+from workbench.importer.shapes import fix_input_shapes, infer_shapes, tensor_types
+from workbench.importer.to_sdfg import (FOLDED_AT_IMPORT, TensorInfo, build_sdfg, c_identifier,
+                                       check_supported)
+from workbench.progress import SILENT
+
+
+@dataclass
+class ImportedModel:
+    """Everything the session needs from an import."""
+    name: str
+    sdfg: object
+    inputs: list          # TensorInfo per graph input
+    outputs: list         # TensorInfo per graph output
+    weights: dict         # sdfg array name -> numpy array
+    reference_model: onnx.ModelProto  # the user's model with fixed input shapes
+    folded_model: onnx.ModelProto     # what the SDFG was built from
+    stats: dict = field(default_factory=dict)
+
+
+def import_model(source, input_shapes: dict = None, name: str = None, prefer_blas: bool = True,
+                 progress=SILENT) -> ImportedModel:
+    """Import an ONNX file path or ``ModelProto`` into an SDFG."""
+    with progress.phase("load and check"):
+        if isinstance(source, onnx.ModelProto):
+            model = source
+            check_model(model)
+            name = name or (model.graph.name or "model")
+        else:
+            model = load_model(source)
+            name = name or Path(source).stem
+    # Fail on unsupported ops before any expensive work.
+    check_supported(model, allow=FOLDED_AT_IMPORT)
+    with progress.phase("shape inference"):
+        fixed = fix_input_shapes(model, input_shapes)
+        inferred = infer_shapes(fixed)
+    with progress.phase("constant folding"):
+        shapes = {name: shape for name, (_, shape) in tensor_types(inferred).items()}
+        folded, n_folded = fold_constants(inferred, shapes)
+        folded = infer_shapes(folded)
+    with progress.phase("build SDFG"):
+        sdfg_name = c_identifier(f"wb_{name}", set())
+        sdfg, inputs, outputs, weights = build_sdfg(folded, tensor_types(folded), sdfg_name,
+                                                    prefer_blas)
+    stats = {"nodes_in": len(model.graph.node), "nodes_folded": n_folded,
+             "nodes": len(folded.graph.node)}
+    return ImportedModel(name, sdfg, inputs, outputs, weights, fixed, folded, stats)
+
+
+__all__ = ["ImportedModel", "TensorInfo", "import_model"]

@@ -1,0 +1,125 @@
+"""Constant and shape folding at import.
+
+Rules:
+1. A ``Constant`` node becomes an initializer.
+2. ``Shape`` and ``Size`` of a tensor whose shape is static become initializers.
+3. A node all of whose inputs are constants is evaluated (with
+   ``onnx.reference``) and its outputs become initializers, unless it is
+   non-deterministic, produces a graph output, or its result exceeds
+   ``max_elements``.
+4. Initializers no remaining node or output uses are dropped.
+Afterwards the SDFG sees static shapes and no shape plumbing.
+"""
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+NON_DETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                     "Multinomial", "Bernoulli"}
+
+
+def fold_constants(model: onnx.ModelProto, static_shapes: dict, max_elements: int = 1 << 26):
+    """Return (folded model, number of nodes folded)."""
+    graph = model.graph
+    consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    outputs = {o.name for o in graph.output}
+    opset = {o.domain: o.version for o in model.opset_import}
+    kept, folded = [], 0
+    for node in graph.node:
+        values = None
+        if not any(o in outputs for o in node.output):
+            values = _try_fold(node, consts, static_shapes, opset, max_elements)
+        if values is None:
+            kept.append(node)
+            continue
+        folded += 1
+        for name, value in zip(node.output, values):
+            if name:
+                consts[name] = np.asarray(value)
+    used = {i for n in kept for i in n.input} | outputs | _subgraph_inputs(kept)
+    new = onnx.ModelProto()
+    new.CopyFrom(model)
+    del new.graph.node[:]
+    new.graph.node.extend(kept)
+    del new.graph.initializer[:]
+    new.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items() if k in used)
+    inits = {t.name for t in new.graph.initializer}
+    keep_inputs = [i for i in new.graph.input if i.name not in consts or i.name in inits]
+    del new.graph.input[:]
+    new.graph.input.extend(keep_inputs)
+    return new, folded
+
+
+def _try_fold(node, consts, static_shapes, opset, max_elements):
+    op = node.op_type
+    if node.domain not in ("", "ai.onnx") or op in NON_DETERMINISTIC:
+        return None
+    if op == "Constant":
+        return [_constant_value(node)]
+    if op in ("Shape", "Size"):
+        shape = static_shapes.get(node.input[0])
+        if shape is None:
+            return None
+        if op == "Size":
+            return [np.array(int(np.prod(shape)), dtype=np.int64)]
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        start, end = attrs.get("start", 0), attrs.get("end", len(shape))
+        return [np.array(shape[slice(start, end)], dtype=np.int64)]
+    if any(i and i not in consts for i in node.input) or not node.input:
+        return None
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        return None
+    for out in node.output:
+        shape = static_shapes.get(out)
+        if shape is not None and int(np.prod(shape)) > max_elements:
+            return None
+    return _evaluate(node, consts, opset)
+
+
+def _constant_value(node):
+    attr = node.attribute[0]
+    value = helper.get_attribute_value(attr)
+    if attr.name == "value":
+        return numpy_helper.to_array(value)
+    if attr.name in ("value_float", "value_int"):
+        return np.array(value, dtype=np.float32 if attr.name == "value_float" else np.int64)
+    if attr.name in ("value_floats", "value_ints"):
+        return np.array(value, dtype=np.float32 if attr.name == "value_floats" else np.int64)
+    if attr.name == "value_string":
+        return np.array(value)
+    if attr.name == "value_strings":
+        return np.array(value)
+    raise ValueError(f"Constant with unsupported attribute {attr.name}")
+
+
+def _evaluate(node, consts, opset):
+    from onnx.reference import ReferenceEvaluator
+    inputs = [n for n in node.input if n]
+    feeds = {n: consts[n] for n in inputs}
+    try:
+        ref = ReferenceEvaluator(_single_node_model(node, feeds, opset))
+        values = ref.run(None, feeds)
+    except Exception:
+        return None  # leave it to the compiled program
+    if any(v is None or (hasattr(v, "size") and v.size > (1 << 26)) for v in values):
+        return None
+    return values
+
+
+def _single_node_model(node, feeds, opset):
+    ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+           for n, v in feeds.items()]
+    outs = [helper.make_empty_tensor_value_info(n) for n in node.output if n]
+    graph = helper.make_graph([node], "fold", ins, outs)
+    imports = [helper.make_opsetid(d, v) for d, v in opset.items()]
+    return helper.make_model(graph, opset_imports=imports)
+
+
+def _subgraph_inputs(nodes):
+    """Names that subgraph attributes (If/Loop bodies) read from outside."""
+    names = set()
+    for n in nodes:
+        for a in n.attribute:
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                names |= {i for sub in g.node for i in sub.input}
+    return names

@@ -1,0 +1,66 @@
+"""``OnnxOp``: the one DaCe library node that stands for any ONNX node.
+
+One class (not one per op type) keeps SDFG files loadable by class path and
+lets the op registry decide, per op type, which implementations exist.
+Attributes are stored as JSON so that the node serializes exactly.
+"""
+import json
+
+import dace
+from dace import properties
+from dace.sdfg import nodes
+from dace.transformation.transformation import ExpandTransformation
+
+from workbench.ops import registry
+
+
+def _expansion(impl_name: str):
+    """An ExpandTransformation that asks the registry for ``impl_name``."""
+
+    class _Expand(ExpandTransformation):
+        environments = []
+
+        @staticmethod
+        def expansion(node, state, sdfg, **kwargs):
+            return registry.expand(node, state, sdfg, impl_name)
+
+    _Expand.__name__ = _Expand.__qualname__ = f"OnnxExpand_{impl_name}"
+    return dace.library.expansion(_Expand)
+
+
+@dace.library.node
+class OnnxOp(nodes.LibraryNode):
+    """An ONNX operator. ``implementation`` picks how it expands."""
+
+    implementations = {name: _expansion(name) for name in registry.IMPLEMENTATION_NAMES}
+    default_implementation = "pure"
+
+    op_type = properties.Property(dtype=str, default="", desc="ONNX op type")
+    domain = properties.Property(dtype=str, default="", desc="ONNX domain ('' is ai.onnx)")
+    onnx_name = properties.Property(dtype=str, default="", desc="ONNX node name")
+    opset = properties.Property(dtype=int, default=17, desc="Opset version of the node's domain")
+    attrs_json = properties.Property(dtype=str, default="{}", desc="ONNX attributes as JSON")
+    onnx_inputs = properties.ListProperty(element_type=str, default=[],
+                                          desc="Connector per ONNX input position ('' = absent)")
+    onnx_outputs = properties.ListProperty(element_type=str, default=[],
+                                           desc="Connector per ONNX output position ('' = absent)")
+
+    def __init__(self, name, op_type="", domain="", onnx_name="", opset=17, attrs=None,
+                 onnx_inputs=(), onnx_outputs=(), **kwargs):
+        ins = {c for c in onnx_inputs if c}
+        outs = {c for c in onnx_outputs if c}
+        super().__init__(name, inputs=ins, outputs=outs, **kwargs)
+        self.op_type, self.domain, self.onnx_name, self.opset = op_type, domain, onnx_name, opset
+        self.attrs_json = json.dumps(attrs or {}, sort_keys=True)
+        self.onnx_inputs, self.onnx_outputs = list(onnx_inputs), list(onnx_outputs)
+
+    @property
+    def attrs(self) -> dict:
+        return json.loads(self.attrs_json)
+
+    @property
+    def has_side_effects(self) -> bool:
+        return False
+
+    def __str__(self):
+        return f"{self.op_type} {self.onnx_name}"

@@ -1,0 +1,183 @@
+"""Which implementations exist for which ONNX op type, and how they expand.
+
+An implementation is registered with ``@implements("Relu")`` and receives an
+``OpCall``. It returns either a ``dace.SDFG`` whose non-transient arrays are
+named after the node's connectors, or a plain Python function written in
+numpy style whose parameters stand for the node's inputs then outputs; the
+shared code here annotates it with their shapes and dtypes and parses it
+with DaCe's frontend. Shape and dtype bookkeeping is done once, here.
+"""
+import inspect
+from dataclasses import dataclass
+from typing import Callable, Dict, Tuple
+
+import dace
+import numpy as np
+
+from workbench.errors import UnsupportedCaseError
+
+# Every name an OnnxOp's ``implementation`` may take. An op type offers a subset.
+IMPLEMENTATION_NAMES = ("pure", "blas", "im2col", "direct")
+
+_IMPLS: Dict[Tuple[str, str], Callable] = {}
+
+
+def implements(*op_types: str, impl: str = "pure"):
+    """Register the decorated function as ``impl`` for each of ``op_types``."""
+    if impl not in IMPLEMENTATION_NAMES:
+        raise ValueError(f"unknown implementation name {impl!r}")
+
+    def register(fn):
+        for op_type in op_types:
+            _IMPLS[(op_type, impl)] = fn
+        return fn
+
+    return register
+
+
+def supported_op_types() -> set:
+    return {op for op, _ in _IMPLS}
+
+
+def implementations_of(op_type: str) -> list:
+    return [impl for impl in IMPLEMENTATION_NAMES if (op_type, impl) in _IMPLS]
+
+
+def is_supported(op_type: str, domain: str = "") -> bool:
+    return domain in ("", "ai.onnx") and (op_type, "pure") in _IMPLS
+
+
+@dataclass
+class OpCall:
+    """What an implementation sees of the node it expands."""
+
+    node: "dace.nodes.LibraryNode"
+    inputs: dict  # connector -> dace.data.Data (in ONNX input order)
+    outputs: dict  # connector -> dace.data.Data (in ONNX output order)
+    attrs: dict
+
+    @property
+    def name(self) -> str:
+        return self.node.onnx_name or self.node.label
+
+    @property
+    def op_type(self) -> str:
+        return self.node.op_type
+
+    def attr(self, key, default=None):
+        return self.attrs.get(key, default)
+
+    def shape(self, conn) -> tuple:
+        return tuple(int(s) for s in self._desc(conn).shape)
+
+    def dtype(self, conn):
+        return self._desc(conn).dtype
+
+    def input(self, position: int):
+        """Connector of the ONNX input at ``position`` or None when absent."""
+        names = self.node.onnx_inputs
+        return names[position] if position < len(names) and names[position] else None
+
+    def output(self, position: int):
+        names = self.node.onnx_outputs
+        return names[position] if position < len(names) and names[position] else None
+
+    def fail(self, why: str) -> UnsupportedCaseError:
+        return UnsupportedCaseError(self.name, self.op_type, why)
+
+    def _desc(self, conn):
+        return self.inputs[conn] if conn in self.inputs else self.outputs[conn]
+
+
+def make_call(node, state, sdfg) -> OpCall:
+    ins, outs = {}, {}
+    for conn in node.onnx_inputs:
+        if conn:
+            edge = next(e for e in state.in_edges(node) if e.dst_conn == conn)
+            ins[conn] = sdfg.arrays[edge.data.data]
+    for conn in node.onnx_outputs:
+        if conn:
+            edge = next(e for e in state.out_edges(node) if e.src_conn == conn)
+            outs[conn] = sdfg.arrays[edge.data.data]
+    return OpCall(node, ins, outs, {**schema_defaults(node.op_type, node.opset), **node.attrs})
+
+
+def schema_defaults(op_type: str, opset: int) -> dict:
+    """Attribute defaults declared by the ONNX schema of ``op_type``."""
+    import onnx
+    from onnx import helper
+    try:
+        schema = onnx.defs.get_schema(op_type, opset)
+    except Exception:
+        return {}
+    out = {}
+    for name, attr in schema.attributes.items():
+        if attr.default_value is not None and attr.default_value.type != 0:
+            value = helper.get_attribute_value(attr.default_value)
+            out[name] = value.decode() if isinstance(value, bytes) else value
+    return out
+
+
+def expand(node, state, sdfg, impl: str):
+    """Called by OnnxOp's expansions: build the node's implementation."""
+    fn = _IMPLS.get((node.op_type, impl))
+    call = make_call(node, state, sdfg)
+    if fn is None:
+        have = implementations_of(node.op_type) or ["none"]
+        raise call.fail(f"no '{impl}' implementation (available: {', '.join(have)})")
+    result = fn(call)
+    if callable(result) and not isinstance(result, dace.SDFG):
+        result = program_sdfg(call, result)
+    result.name = _sdfg_name(call)
+    return result
+
+
+def _sdfg_name(call) -> str:
+    safe = "".join(c if c.isalnum() else "_" for c in call.name)
+    return f"{call.op_type}_{safe}"[:60].strip("_") or call.op_type
+
+
+def program_sdfg(call: OpCall, body, shapes: dict = None) -> dace.SDFG:
+    """Parse a numpy-style ``body`` with DaCe's frontend.
+
+    The body's parameters stand, in order, for the node's present inputs and
+    then its outputs (ONNX order), so bodies can use the spec's short names.
+    ``shapes`` may present a connector reshaped (same size, see connector_sdfg).
+    """
+    params = list(inspect.signature(body).parameters)
+    conns = [c for c in call.node.onnx_inputs if c] + [c for c in call.node.onnx_outputs if c]
+    if len(params) != len(conns):
+        raise TypeError(f"{call.op_type} body takes {params}, node has connectors {conns}")
+    descs = {**call.inputs, **call.outputs}
+    shapes = shapes or {}
+    body.__annotations__ = {p: descs[c].dtype[tuple(shapes.get(c, descs[c].shape))]
+                            for p, c in zip(params, conns)}
+    sdfg = dace.program(body).to_sdfg(simplify=True)
+    for p in params:  # a body may ignore a parameter; the array must still exist
+        if p not in sdfg.arrays:
+            conn = conns[params.index(p)]
+            sdfg.add_array(p, shapes.get(conn, descs[conn].shape), descs[conn].dtype)
+    renames = [(p, c) for p, c in zip(params, conns) if p != c]
+    for p, _ in renames:  # two phases: a param may carry another's final name
+        sdfg.replace(p, f"__tmp_{p}")
+    for p, c in renames:
+        sdfg.replace(f"__tmp_{p}", c)
+    return sdfg
+
+
+def connector_sdfg(call: OpCall, name: str, shapes: dict = None):
+    """A new SDFG with one non-transient array per connector, and its state.
+
+    ``shapes`` may give a connector another shape of the same size: the
+    contiguous data is then seen reshaped inside (DaCe inlines it as a view).
+    """
+    sdfg = dace.SDFG(name)
+    state = sdfg.add_state()
+    for conn, desc in {**call.inputs, **call.outputs}.items():
+        shape = (shapes or {}).get(conn, desc.shape)
+        sdfg.add_array(conn, shape, desc.dtype)
+    return sdfg, state
+
+
+def np_dtype(dace_type) -> np.dtype:
+    return np.dtype(dace_type.as_numpy_dtype())

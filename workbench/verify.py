@@ -1,0 +1,88 @@
+"""Comparing outputs with a reference.
+
+An element matches when ``|out - ref| <= rtol * |ref| + atol * max(1, max|ref|)``:
+the absolute part scales with the output's largest value, so outputs that
+are near zero by construction do not fail on rounding. ``max_rel_err`` is
+the largest error relative to the largest reference value.
+"""
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+DEFAULT_RTOL = 1e-3
+DEFAULT_ATOL = 1e-4
+
+
+@dataclass
+class OutputCheck:
+    name: str
+    match: bool
+    max_abs_err: float
+    max_rel_err: float
+    shape: list
+    problem: str = ""  # shape/dtype mismatch or non-finite values
+
+
+@dataclass
+class VerifyReport:
+    model: str
+    match: bool
+    outputs: list
+    reference: str = "onnxruntime"
+    rtol: float = DEFAULT_RTOL
+    atol: float = DEFAULT_ATOL
+    timings: dict = field(default_factory=dict)
+
+    def worst(self) -> OutputCheck:
+        return max(self.outputs, key=lambda o: (not o.match, o.max_rel_err))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def text(self) -> str:
+        lines = [f"{self.model}: {'MATCH' if self.match else 'MISMATCH'} against {self.reference} "
+                 f"(rtol {self.rtol:g}, atol {self.atol:g})"]
+        for o in self.outputs:
+            status = "ok " if o.match else "BAD"
+            extra = f"  {o.problem}" if o.problem else ""
+            lines.append(f"  {status} {o.name} {tuple(o.shape)}: max abs err {o.max_abs_err:.3g}, "
+                         f"max rel err {o.max_rel_err:.3g}{extra}")
+        return "\n".join(lines)
+
+
+def compare(name: str, got: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> OutputCheck:
+    got, ref = np.asarray(got), np.asarray(ref)
+    if got.shape != ref.shape:
+        return OutputCheck(name, False, float("inf"), float("inf"), list(ref.shape),
+                           f"shape {got.shape} != reference {ref.shape}")
+    if ref.dtype.kind in "biu" or got.dtype.kind in "biu":
+        if ref.dtype.kind != got.dtype.kind and ref.dtype != got.dtype:
+            problem = f"dtype {got.dtype} != reference {ref.dtype}"
+            return OutputCheck(name, False, float("inf"), float("inf"), list(ref.shape), problem)
+    if ref.size == 0:
+        return OutputCheck(name, True, 0.0, 0.0, list(ref.shape))
+    g, r = got.astype(np.float64), ref.astype(np.float64)
+    both_nan = np.isnan(g) & np.isnan(r)
+    same_inf = np.isinf(r) & (g == r)
+    err = np.where(both_nan | same_inf, 0.0, np.abs(g - r))
+    err = np.where(np.isnan(err), np.inf, err)
+    finite_ref = r[np.isfinite(r)]
+    scale = max(1.0, float(np.abs(finite_ref).max())) if finite_ref.size else 1.0
+    bound = rtol * np.where(np.isfinite(r), np.abs(r), 0.0) + atol * scale
+    ok = bool(np.all(err <= bound))
+    max_abs = float(err.max())
+    largest = float(np.abs(finite_ref).max()) if finite_ref.size else 0.0
+    max_rel = max_abs / largest if largest > 0 else (0.0 if max_abs == 0 else float("inf"))
+    return OutputCheck(name, ok, max_abs, max_rel, list(ref.shape))
+
+
+def compare_all(model: str, outputs: dict, reference: dict, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL,
+                reference_name="onnxruntime") -> VerifyReport:
+    checks = []
+    for name, ref in reference.items():
+        if name not in outputs:
+            checks.append(OutputCheck(name, False, float("inf"), float("inf"),
+                                      list(np.shape(ref)), "output missing"))
+        else:
+            checks.append(compare(name, outputs[name], ref, rtol, atol))
+    return VerifyReport(model, all(c.match for c in checks), checks, reference_name, rtol, atol)
