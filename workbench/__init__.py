@@ -28,13 +28,22 @@ def resolve_model(path_or_name) -> Path:
                             f"are {', '.join(sdfg_models.names())}.")
 
 
-def open(path_or_name, input_shapes: dict = None, progress=SILENT):  # noqa: A001 (API name)
-    """Import a model file or bundled model and return a Session over it."""
+def open(model, input_shapes: dict = None, name: str = None, progress=SILENT):  # noqa: A001
+    """Import a model and return a Session over it.
+
+    ``model`` is a path to an .onnx file, a bundled model name (``"mlp"``,
+    ``"bert-layer"``, ...) or an ``onnx.ModelProto``. ``input_shapes`` fixes
+    symbolic dims: ``{"input": [1, 3, 224, 224]}`` or ``{"batch": 1}``.
+    """
+    import onnx
     from workbench.importer import import_model
     from workbench.session import Session
-    path = resolve_model(path_or_name)
-    name = str(path_or_name) if str(path_or_name) in _bundled() else path.stem
-    imported = import_model(path, input_shapes=input_shapes, name=name, progress=progress)
+    if isinstance(model, onnx.ModelProto):
+        source = model
+    else:
+        source = resolve_model(model)
+        name = name or (str(model) if str(model) in _bundled() else source.stem)
+    imported = import_model(source, input_shapes=input_shapes, name=name, progress=progress)
     return Session(imported, progress)
 
 

@@ -43,7 +43,12 @@ def fix_input_shapes(model: onnx.ModelProto, given: dict = None) -> onnx.ModelPr
                 continue
             sym = dim.dim_param if dim.HasField("dim_param") else ""
             if sym and sym in given:
-                dim.dim_value = int(given[sym])
+                size = given[sym]
+                if isinstance(size, (list, tuple)):
+                    if len(size) != 1:
+                        raise ShapeError(f"symbolic dim '{sym}' takes one size, not {size}.")
+                    size = size[0]
+                dim.dim_value = int(size)
             else:
                 unknown.append(f"{inp.name}[{i}]" + (f" '{sym}'" if sym else ""))
     for sym in list(given):

@@ -4,7 +4,7 @@ import math
 import dace
 import numpy as np
 
-from workbench.ops.registry import connector_sdfg, implements, program_sdfg
+from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet, program_sdfg
 
 
 def conv_geometry(call, x_shape, w_shape, y_shape):
@@ -49,34 +49,31 @@ def conv_direct(call):
         sdfg.add_transient(src, (xs[0], xs[1], *padded), call.dtype(x),
                            storage=dace.StorageType.CPU_Heap)
         pad_state = sdfg.add_state_before(state, "pad")
-        pad_state.add_mapped_tasklet("zero", {"n": f"0:{xs[0]}", "c": f"0:{xs[1]}",
+        mapped_tasklet(pad_state, "zero", {"n": f"0:{xs[0]}", "c": f"0:{xs[1]}",
                                               **{s: f"0:{p}" for s, p in zip(sp, padded)}},
-                                     {}, "o = 0", {"o": dace.Memlet(f"{src}[n, c, {', '.join(sp)}]")},
-                                     external_edges=True)
+                                     {}, "o = 0", {"o": dace.Memlet(f"{src}[n, c, {', '.join(sp)}]")})
         copy_state = sdfg.add_state_after(pad_state, "copy")
         shifted = ", ".join(f"{s} + {begin[d]}" for d, s in enumerate(sp))
-        copy_state.add_mapped_tasklet("copy", {"n": f"0:{xs[0]}", "c": f"0:{xs[1]}",
+        mapped_tasklet(copy_state, "copy", {"n": f"0:{xs[0]}", "c": f"0:{xs[1]}",
                                                **{s: f"0:{n}" for s, n in zip(sp, xs[2:])}},
                                       {"v": dace.Memlet(f"{x}[n, c, {', '.join(sp)}]")}, "o = v",
-                                      {"o": dace.Memlet(f"{src}[n, c, {shifted}]")},
-                                      external_edges=True)
+                                      {"o": dace.Memlet(f"{src}[n, c, {shifted}]")})
     init = sdfg.add_state_before(state, "bias")
     out = [f"o{d}" for d in range(nsp)]
     ker = [f"k{d}" for d in range(nsp)]
     out_ranges = {"n": f"0:{ys[0]}", "m": f"0:{ys[1]}", **{o: f"0:{n}" for o, n in zip(out, ys[2:])}}
     y_idx = f"{y}[n, m, {', '.join(out)}]"
     if b is not None:
-        init.add_mapped_tasklet("bias", out_ranges, {"v": dace.Memlet(f"{b}[m]")}, "o = v",
-                                {"o": dace.Memlet(y_idx)}, external_edges=True)
+        mapped_tasklet(init, "bias", out_ranges, {"v": dace.Memlet(f"{b}[m]")}, "o = v",
+                                {"o": dace.Memlet(y_idx)})
     else:
-        init.add_mapped_tasklet("zero", out_ranges, {}, "o = 0", {"o": dace.Memlet(y_idx)},
-                                external_edges=True)
+        mapped_tasklet(init, "zero", out_ranges, {}, "o = 0", {"o": dace.Memlet(y_idx)})
     x_sp = ", ".join(f"{o} * {strides[d]} + {k} * {dil[d]}" for d, (o, k) in enumerate(zip(out, ker)))
     ranges = {**out_ranges, "c": f"0:{cpg}", **{k: f"0:{n}" for k, n in zip(ker, ws[2:])}}
-    state.add_mapped_tasklet("conv", ranges, {
+    mapped_tasklet(state, "conv", ranges, {
         "v": dace.Memlet(f"{src}[n, int(m / {mpg}) * {cpg} + c, {x_sp}]"),
         "f": dace.Memlet(f"{w}[m, c, {', '.join(ker)}]")}, "o = v * f",
-        {"o": dace.Memlet(y_idx, wcr="lambda p, q: p + q")}, external_edges=True)
+        {"o": dace.Memlet(y_idx, wcr="lambda p, q: p + q")})
     return sdfg
 
 

@@ -8,7 +8,7 @@ map over the output, which the fusion transformations can merge.
 """
 import dace
 
-from workbench.ops.registry import implements
+from workbench.ops.registry import implements, mapped_tasklet
 
 UNARY = {
     "Relu": "max(x, 0)",
@@ -63,9 +63,8 @@ def broadcast_map(call, code: str, names: list, out_name: str = "y") -> dace.SDF
     memlets_in = {}
     for name, conn in zip(names, conns_in):
         memlets_in[name] = dace.Memlet(f"{conn}[{_index(call.shape(conn), out_shape, params)}]")
-    state.add_mapped_tasklet(call.op_type, ranges, memlets_in, f"{out_name} = {code}",
-                             {out_name: dace.Memlet(f"{conn_out}[{', '.join(params)}]")},
-                             external_edges=True)
+    mapped_tasklet(state, call.op_type, ranges, memlets_in, f"{out_name} = {code}",
+                             {out_name: dace.Memlet(f"{conn_out}[{', '.join(params)}]")})
     return sdfg
 
 

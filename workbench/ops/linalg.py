@@ -10,7 +10,7 @@ import dace
 from dace.libraries.blas import BatchedMatMul, Gemm
 
 from workbench.build.settings import blas_implementation
-from workbench.ops.registry import connector_sdfg, implements
+from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
 
 
 def _matmul_shapes(a_shape, b_shape):
@@ -36,17 +36,15 @@ def matmul_pure(call):
     ai = [("0" if n == 1 else p) for n, p in zip(pa, bp)]
     bi = [("0" if n == 1 else p) for n, p in zip(pb, bp)]
     init = sdfg.add_state_before(state, "zero")
-    init.add_mapped_tasklet("zero", {**{p: f"0:{n}" for p, n in zip(bp, batch)}, "m": f"0:{M}",
+    mapped_tasklet(init, "zero", {**{p: f"0:{n}" for p, n in zip(bp, batch)}, "m": f"0:{M}",
                                      "n": f"0:{N}"}, {}, "c = 0",
-                            {"c": dace.Memlet(f"{y}[{', '.join(bp + ['m', 'n'])}]")},
-                            external_edges=True)
+                            {"c": dace.Memlet(f"{y}[{', '.join(bp + ['m', 'n'])}]")})
     ranges = {**{p: f"0:{n}" for p, n in zip(bp, batch)}, "m": f"0:{M}", "n": f"0:{N}",
               "k": f"0:{K}"}
-    state.add_mapped_tasklet("matmul", ranges, {
+    mapped_tasklet(state, "matmul", ranges, {
         "x": dace.Memlet(f"{a}[{', '.join(ai + ['m', 'k'])}]"),
         "w": dace.Memlet(f"{b}[{', '.join(bi + ['k', 'n'])}]")}, "c = x * w", {
-        "c": dace.Memlet(f"{y}[{', '.join(bp + ['m', 'n'])}]", wcr="lambda p, q: p + q")},
-        external_edges=True)
+        "c": dace.Memlet(f"{y}[{', '.join(bp + ['m', 'n'])}]", wcr="lambda p, q: p + q")})
     return sdfg
 
 
@@ -87,10 +85,9 @@ def gemm_pure(call):
     _bias_init(call, init, c, y, beta, M, N)
     ai = "k, m" if ta else "m, k"
     bi = "n, k" if tb else "k, n"
-    state.add_mapped_tasklet("gemm", {"m": f"0:{M}", "n": f"0:{N}", "k": f"0:{K}"}, {
+    mapped_tasklet(state, "gemm", {"m": f"0:{M}", "n": f"0:{N}", "k": f"0:{K}"}, {
         "x": dace.Memlet(f"{a}[{ai}]"), "w": dace.Memlet(f"{b}[{bi}]")},
-        f"c = {alpha} * x * w", {"c": dace.Memlet(f"{y}[m, n]", wcr="lambda p, q: p + q")},
-        external_edges=True)
+        f"c = {alpha} * x * w", {"c": dace.Memlet(f"{y}[m, n]", wcr="lambda p, q: p + q")})
     return sdfg
 
 
@@ -117,21 +114,19 @@ def gemm_blas(call):
 
 def _bias_init(call, state, c, y, beta, M, N):
     if c is None or beta == 0:
-        state.add_mapped_tasklet("init", {"m": f"0:{M}", "n": f"0:{N}"}, {}, "o = 0",
-                                 {"o": dace.Memlet(f"{y}[m, n]")}, external_edges=True)
+        mapped_tasklet(state, "init", {"m": f"0:{M}", "n": f"0:{N}"}, {}, "o = 0",
+                                 {"o": dace.Memlet(f"{y}[m, n]")})
     else:
-        state.add_mapped_tasklet("init", {"m": f"0:{M}", "n": f"0:{N}"},
+        mapped_tasklet(state, "init", {"m": f"0:{M}", "n": f"0:{N}"},
                                  {"b": dace.Memlet(f"{c}[{_bias_index(call.shape(c), M, N)}]")},
-                                 f"o = {beta} * b", {"o": dace.Memlet(f"{y}[m, n]")},
-                                 external_edges=True)
+                                 f"o = {beta} * b", {"o": dace.Memlet(f"{y}[m, n]")})
 
 
 def _bias_add(call, state, c, y, beta, M, N):
-    state.add_mapped_tasklet("bias", {"m": f"0:{M}", "n": f"0:{N}"},
+    mapped_tasklet(state, "bias", {"m": f"0:{M}", "n": f"0:{N}"},
                              {"b": dace.Memlet(f"{c}[{_bias_index(call.shape(c), M, N)}]"),
                               "acc": dace.Memlet(f"{y}[m, n]")},
-                             f"o = acc + {beta} * b", {"o": dace.Memlet(f"{y}[m, n]")},
-                             external_edges=True)
+                             f"o = acc + {beta} * b", {"o": dace.Memlet(f"{y}[m, n]")})
 
 
 def _bias_index(shape, M, N) -> str:

@@ -8,7 +8,7 @@ import math
 
 import dace
 
-from workbench.ops.registry import connector_sdfg, implements
+from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
 
 
 @implements("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
@@ -20,11 +20,11 @@ def copy_reshaped(call):
     if mask:  # Dropout at inference keeps everything
         shapes[mask] = (size,)
     sdfg, state = connector_sdfg(call, "reshape", shapes)
-    state.add_mapped_tasklet("copy", {"i": f"0:{size}"}, {"v": dace.Memlet(f"{x}[i]")}, "o = v",
-                             {"o": dace.Memlet(f"{y}[i]")}, external_edges=True)
+    mapped_tasklet(state, "copy", {"i": f"0:{size}"}, {"v": dace.Memlet(f"{x}[i]")}, "o = v",
+                             {"o": dace.Memlet(f"{y}[i]")})
     if mask:
-        state.add_mapped_tasklet("mask", {"i": f"0:{size}"}, {}, "m = True",
-                                 {"m": dace.Memlet(f"{mask}[i]")}, external_edges=True)
+        mapped_tasklet(state, "mask", {"i": f"0:{size}"}, {}, "m = True",
+                                 {"m": dace.Memlet(f"{mask}[i]")})
     return sdfg
 
 
@@ -39,9 +39,9 @@ def transpose(call):
     for k, p in enumerate(perm):  # output axis k reads input axis perm[k]
         src[p] = params[k]
     sdfg, state = connector_sdfg(call, "transpose")
-    state.add_mapped_tasklet("transpose", {p: f"0:{n}" for p, n in zip(params, out_shape)},
+    mapped_tasklet(state, "transpose", {p: f"0:{n}" for p, n in zip(params, out_shape)},
                              {"v": dace.Memlet(f"{x}[{', '.join(src)}]")}, "o = v",
-                             {"o": dace.Memlet(f"{y}[{', '.join(params)}]")}, external_edges=True)
+                             {"o": dace.Memlet(f"{y}[{', '.join(params)}]")})
     return sdfg
 
 
@@ -61,11 +61,10 @@ def concat(call):
     for conn in call.inputs:
         n = shapes[conn][1]
         if n:
-            state.add_mapped_tasklet(f"copy_{conn}", {"o": f"0:{outer}", "j": f"0:{n}",
+            mapped_tasklet(state, f"copy_{conn}", {"o": f"0:{outer}", "j": f"0:{n}",
                                                        "i": f"0:{inner}"},
                                      {"v": dace.Memlet(f"{conn}[o, j, i]")}, "w = v",
-                                     {"w": dace.Memlet(f"{y}[o, j + {offset}, i]")},
-                                     external_edges=True, output_nodes={y: write})
+                                     {"w": dace.Memlet(f"{y}[o, j + {offset}, i]")}, output_nodes={y: write})
         offset += n
     return sdfg
 
@@ -81,8 +80,7 @@ def gather(call):
     k = math.prod(call.shape(ind))
     sdfg, state = connector_sdfg(call, "gather", {x: (outer, n, inner), ind: (k,),
                                                    y: (outer, k, inner)})
-    state.add_mapped_tasklet("gather", {"o": f"0:{outer}", "j": f"0:{k}", "i": f"0:{inner}"}, {
+    mapped_tasklet(state, "gather", {"o": f"0:{outer}", "j": f"0:{k}", "i": f"0:{inner}"}, {
         "idx": dace.Memlet(f"{ind}[j]"), "src": dace.Memlet(f"{x}[o, 0:{n}, i]")},
-        f"w = src[idx + {n} if idx < 0 else idx]", {"w": dace.Memlet(f"{y}[o, j, i]")},
-        external_edges=True)
+        f"w = src[idx + {n} if idx < 0 else idx]", {"w": dace.Memlet(f"{y}[o, j, i]")})
     return sdfg

@@ -8,6 +8,7 @@ shared code here annotates it with their shapes and dtypes and parses it
 with DaCe's frontend. Shape and dtype bookkeeping is done once, here.
 """
 import inspect
+import re
 from dataclasses import dataclass
 from typing import Callable, Dict, Tuple
 
@@ -177,6 +178,22 @@ def connector_sdfg(call: OpCall, name: str, shapes: dict = None):
         shape = (shapes or {}).get(conn, desc.shape)
         sdfg.add_array(conn, shape, desc.dtype)
     return sdfg, state
+
+
+def mapped_tasklet(state, label: str, ranges: dict, inputs: dict, code: str, outputs: dict,
+                   **kwargs):
+    """``state.add_mapped_tasklet`` with connector names that cannot clash.
+
+    After inlining, a tasklet connector named like an array of the program
+    (``b``, ``y``) would shadow it in C++; connectors get a ``__`` prefix,
+    which importer-made array names never have.
+    """
+    names = sorted(set(inputs) | set(outputs), key=len, reverse=True)
+    for name in names:
+        code = re.sub(rf"(?<![\w.]){name}\b", f"__{name}", code)
+    return state.add_mapped_tasklet(label, ranges, {f"__{k}": v for k, v in inputs.items()}, code,
+                                    {f"__{k}": v for k, v in outputs.items()},
+                                    external_edges=True, **kwargs)
 
 
 def np_dtype(dace_type) -> np.dtype:

@@ -1,0 +1,43 @@
+# Two commands do everything on a fresh machine:
+#   make run    set up (system packages when root, .venv) and verify the default model
+#   make test   same set-up, then the test suite
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SYSTEM_PACKAGES := libopenblas-dev liblapacke-dev libglib2.0-0 libgl1 libfontconfig1 graphviz ninja-build
+
+.PHONY: run test setup system-packages clean
+
+run: setup
+	$(PY) app.py
+
+test: setup
+	$(PY) -m pytest -q
+
+setup: system-packages $(STAMP)
+
+# Installs what is missing when running as root; otherwise names it once.
+system-packages:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
+	    echo "installing system packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "missing system packages:$$missing"; \
+	    echo "  install them with: sudo apt-get install$$missing"; \
+	    echo "  (without OpenBLAS, MatMul/Gemm fall back to pure loops; see README 'BLAS')"; \
+	  fi; \
+	fi
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+clean:
+	rm -rf $(VENV) .pytest_cache _dacegraphs .dacecache

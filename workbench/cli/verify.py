@@ -1,0 +1,34 @@
+"""``verify MODEL``: build for the CPU, run, compare with onnxruntime."""
+from workbench.cli.common import add_model_args, emit_json, load_npz, open_session
+from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL
+
+
+def register(sub):
+    p = sub.add_parser("verify", help="build the model, run it and compare with onnxruntime")
+    add_model_args(p)
+    p.add_argument("--inputs", metavar="X.npz", help="inputs keyed by ONNX input name "
+                   "(default: seeded random, floats N(0,1), integers in [0,2))")
+    p.add_argument("--expect", metavar="Y.npz", help="expected outputs keyed by ONNX output "
+                   "name (default: onnxruntime on the same inputs)")
+    p.add_argument("--rtol", type=float, default=DEFAULT_RTOL)
+    p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
+                   help="scaled by max(1, max|ref|) per output")
+    p.set_defaults(run=run)
+
+
+def run(args, progress) -> int:
+    inputs = load_npz(args.inputs, "--inputs") if args.inputs else None
+    expect = load_npz(args.expect, "--expect") if args.expect else None
+    ws = open_session(args, progress)
+    report = ws.verify(inputs=inputs, rtol=args.rtol, atol=args.atol, expect=expect)
+    build_s = report.timings.get("build_s", 0.0)
+    print(report.text())
+    print(f"build {build_s:.2f}s, run {report.timings.get('run_s', 0):.3f}s")
+    if args.json:
+        emit_json({"model": report.model, "match": report.match, "reference": report.reference,
+                   "outputs": [{"name": o.name, "max_abs_err": o.max_abs_err,
+                                "max_rel_err": o.max_rel_err, "match": o.match,
+                                "problem": o.problem} for o in report.outputs],
+                   "rtol": report.rtol, "atol": report.atol, "build_s": round(build_s, 3),
+                   "timings": {k: round(v, 4) for k, v in report.timings.items()}})
+    return 0 if report.match else 1
