@@ -25,9 +25,16 @@ class ImportedModel:
     stats: dict = field(default_factory=dict)
 
 
-def import_model(source, input_shapes: dict = None, name: str = None, prefer_blas: bool = True,
+def import_model(source, input_shapes: dict = None, name: str = None, prefer_blas: bool = None,
                  progress=SILENT) -> ImportedModel:
-    """Import an ONNX file path or ``ModelProto`` into an SDFG."""
+    """Import an ONNX file path or ``ModelProto`` into an SDFG.
+
+    ``prefer_blas`` (default: when a BLAS library is found) picks the BLAS
+    implementation for MatMul/Gemm nodes.
+    """
+    if prefer_blas is None:
+        from workbench.build.settings import blas_implementation
+        prefer_blas = blas_implementation() is not None
     with progress.phase("load and check"):
         if isinstance(source, onnx.ModelProto):
             model = source

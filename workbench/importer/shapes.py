@@ -25,6 +25,9 @@ def fix_input_shapes(model: onnx.ModelProto, given: dict = None) -> onnx.ModelPr
     given = dict(given or {})
     model = _copy(model)
     unknown = []
+    # Collected before the loop: setting dim_value clears dim_param (a protobuf oneof).
+    symbols = {d.dim_param for i in graph_inputs(model) for d in i.type.tensor_type.shape.dim
+               if d.HasField("dim_param")}
     for inp in graph_inputs(model):
         tt = inp.type.tensor_type
         if not tt.HasField("shape"):
@@ -51,9 +54,8 @@ def fix_input_shapes(model: onnx.ModelProto, given: dict = None) -> onnx.ModelPr
                 dim.dim_value = int(size)
             else:
                 unknown.append(f"{inp.name}[{i}]" + (f" '{sym}'" if sym else ""))
-    for sym in list(given):
-        if any(sym == d.dim_param for i in graph_inputs(model) for d in i.type.tensor_type.shape.dim):
-            given.pop(sym)
+    for sym in symbols:
+        given.pop(sym, None)
     if given:
         raise ShapeError(f"input shapes given for names the model does not have: "
                          f"{', '.join(sorted(given))}; inputs are "

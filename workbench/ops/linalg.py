@@ -55,8 +55,10 @@ def matmul_blas(call):
     impl = blas_implementation()
     if impl is None:
         raise call.fail("no BLAS library found (install libopenblas-dev liblapacke-dev)")
+    rows = math.prod(pa) * M if all(n == 1 for n in pb) else M
+    if 1 in (rows, K, N):  # DaCe's Gemm/BatchedMatMul squeeze size-1 dims, then refuse them
+        return matmul_pure(call)
     if all(n == 1 for n in pb):  # fold A's batch into rows: one GEMM
-        rows = math.prod(pa) * M
         sdfg, state = connector_sdfg(call, "matmul_gemm", {a: (rows, K), b: (K, N), y: (rows, N)})
         node = Gemm("gemm", alpha=1, beta=0)
     elif pa == pb:
@@ -101,6 +103,8 @@ def gemm_blas(call):
     alpha, beta = call.attr("alpha", 1.0), call.attr("beta", 1.0)
     M = call.shape(a)[1] if ta else call.shape(a)[0]
     N = call.shape(b)[0] if tb else call.shape(b)[1]
+    if 1 in (M, N, call.shape(a)[0 if ta else 1]):  # DaCe's Gemm refuses size-1 dims
+        return gemm_pure(call)
     sdfg, state = connector_sdfg(call, "gemm_blas")
     node = Gemm("gemm", transA=ta, transB=tb, alpha=alpha, beta=0)
     node.implementation = impl

@@ -182,16 +182,22 @@ def connector_sdfg(call: OpCall, name: str, shapes: dict = None):
 
 def mapped_tasklet(state, label: str, ranges: dict, inputs: dict, code: str, outputs: dict,
                    **kwargs):
-    """``state.add_mapped_tasklet`` with connector names that cannot clash.
+    """``state.add_mapped_tasklet`` with connector and map parameter names that cannot clash.
 
-    After inlining, a tasklet connector named like an array of the program
-    (``b``, ``y``) would shadow it in C++; connectors get a ``__`` prefix,
-    which importer-made array names never have.
+    After inlining, a tasklet connector or a map parameter named like an
+    array of the program (``b``, ``y``, ``o``) would shadow it in C++; both
+    get a ``__`` prefix, which importer-made array names never have.
     """
-    names = sorted(set(inputs) | set(outputs), key=len, reverse=True)
+    if set(ranges) & (set(inputs) | set(outputs)):
+        raise ValueError(f"map parameters {sorted(ranges)} reuse connector names")
+    names = sorted(set(inputs) | set(outputs) | set(ranges), key=len, reverse=True)
     for name in names:
         code = re.sub(rf"(?<![\w.]){name}\b", f"__{name}", code)
-    return state.add_mapped_tasklet(label, ranges, {f"__{k}": v for k, v in inputs.items()}, code,
+    params = {p: f"__{p}" for p in ranges}
+    for memlet in list(inputs.values()) + list(outputs.values()):
+        memlet.replace(params)
+    return state.add_mapped_tasklet(label, {f"__{p}": r for p, r in ranges.items()},
+                                    {f"__{k}": v for k, v in inputs.items()}, code,
                                     {f"__{k}": v for k, v in outputs.items()},
                                     external_edges=True, **kwargs)
 
