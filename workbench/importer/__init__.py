@@ -26,11 +26,12 @@ class ImportedModel:
 
 
 def import_model(source, input_shapes: dict = None, name: str = None, prefer_blas: bool = None,
-                 progress=SILENT) -> ImportedModel:
+                 fold: bool = True, progress=SILENT) -> ImportedModel:
     """Import an ONNX file path or ``ModelProto`` into an SDFG.
 
     ``prefer_blas`` (default: when a BLAS library is found) picks the BLAS
-    implementation for MatMul/Gemm nodes.
+    implementation for MatMul/Gemm nodes. ``fold=False`` folds only
+    Constant, Shape and Size, so every other node runs as compiled code.
     """
     if prefer_blas is None:
         from workbench.build.settings import blas_implementation
@@ -50,7 +51,7 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
         inferred = infer_shapes(fixed)
     with progress.phase("constant folding"):
         shapes = {name: shape for name, (_, shape) in tensor_types(inferred).items()}
-        folded, n_folded = fold_constants(inferred, shapes)
+        folded, n_folded = fold_constants(inferred, shapes, evaluate=fold)
         folded = infer_shapes(folded)
     with progress.phase("build SDFG"):
         sdfg_name = c_identifier(f"wb_{name}", set())

@@ -94,6 +94,24 @@ def connector_names(node: onnx.NodeProto, opset: int):
     return names(node.input, formal_in, "in"), names(node.output, formal_out, "out")
 
 
+# Constant inputs up to this many elements are recorded on the node, so
+# implementations that need values at build time (axes, pads, repeats,
+# scales, K) can read them.
+MAX_RECORDED_CONST = 4096
+
+
+def constant_inputs(node: onnx.NodeProto, inits: dict) -> dict:
+    consts = {}
+    for pos, name in enumerate(node.input):
+        t = inits.get(name)
+        if t is not None and np.prod(t.dims, dtype=np.int64) <= MAX_RECORDED_CONST:
+            arr = numpy_helper.to_array(t)
+            if arr.dtype.kind in "biuf":
+                consts[str(pos)] = {"dtype": arr.dtype.str, "shape": list(arr.shape),
+                                    "values": arr.ravel().tolist()}
+    return consts
+
+
 def attributes_json(node: onnx.NodeProto) -> dict:
     attrs = {}
     for a in node.attribute:
@@ -159,7 +177,8 @@ def build_sdfg(model: onnx.ModelProto, types: dict, name: str, prefer_blas: bool
         # DaCe needs identifiers for node (and nested SDFG) names; keep the ONNX one too.
         lib = OnnxOp(c_identifier(onnx_name, node_names), op_type=node.op_type,
                      domain=node.domain, onnx_name=onnx_name,
-                     opset=opset, attrs=attributes_json(node), onnx_inputs=ins, onnx_outputs=outs)
+                     opset=opset, attrs=attributes_json(node), onnx_inputs=ins, onnx_outputs=outs,
+                     consts=constant_inputs(node, inits))
         impls = registry.implementations_of(node.op_type)
         lib.implementation = "blas" if prefer_blas and "blas" in impls else "pure"
         state.add_node(lib)

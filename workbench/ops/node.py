@@ -40,23 +40,33 @@ class OnnxOp(nodes.LibraryNode):
     onnx_name = properties.Property(dtype=str, default="", desc="ONNX node name")
     opset = properties.Property(dtype=int, default=17, desc="Opset version of the node's domain")
     attrs_json = properties.Property(dtype=str, default="{}", desc="ONNX attributes as JSON")
+    consts_json = properties.Property(dtype=str, default="{}",
+                                      desc="Values of small constant inputs, by input position")
     onnx_inputs = properties.ListProperty(element_type=str, default=[],
                                           desc="Connector per ONNX input position ('' = absent)")
     onnx_outputs = properties.ListProperty(element_type=str, default=[],
                                            desc="Connector per ONNX output position ('' = absent)")
 
     def __init__(self, name, op_type="", domain="", onnx_name="", opset=17, attrs=None,
-                 onnx_inputs=(), onnx_outputs=(), **kwargs):
+                 onnx_inputs=(), onnx_outputs=(), consts=None, **kwargs):
         ins = {c for c in onnx_inputs if c}
         outs = {c for c in onnx_outputs if c}
         super().__init__(name, inputs=ins, outputs=outs, **kwargs)
         self.op_type, self.domain, self.onnx_name, self.opset = op_type, domain, onnx_name, opset
         self.attrs_json = json.dumps(attrs or {}, sort_keys=True)
+        self.consts_json = json.dumps(consts or {}, sort_keys=True)
         self.onnx_inputs, self.onnx_outputs = list(onnx_inputs), list(onnx_outputs)
 
     @property
     def attrs(self) -> dict:
         return json.loads(self.attrs_json)
+
+    @property
+    def consts(self) -> dict:
+        """Input position -> numpy value, for small constant inputs."""
+        import numpy as np
+        return {int(k): np.array(v["values"], dtype=v["dtype"]).reshape(v["shape"])
+                for k, v in json.loads(self.consts_json).items()}
 
     @property
     def has_side_effects(self) -> bool:

@@ -83,6 +83,17 @@ class OpCall:
         names = self.node.onnx_outputs
         return names[position] if position < len(names) and names[position] else None
 
+    def const(self, position: int):
+        """The value of input ``position`` when it is a small constant, else None."""
+        return self.node.consts.get(position)
+
+    def require_const(self, position: int, what: str):
+        """The constant value of an input an implementation cannot do without."""
+        value = self.const(position)
+        if value is None:
+            raise self.fail(f"input {position} ({what}) must be a constant known at import")
+        return value
+
     def fail(self, why: str) -> UnsupportedCaseError:
         return UnsupportedCaseError(self.name, self.op_type, why)
 
