@@ -147,6 +147,7 @@ def test_failed_build_exits_1(tiny_model):
         else:
             os.environ["WORKBENCH_BLAS"] = env_backup
     assert_clean_error(proc, 1, "NoSuchBLAS")
+    assert "internal error" not in proc.stderr
 
 
 def test_bad_shape_option_exits_2(tiny_model):

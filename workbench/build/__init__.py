@@ -2,8 +2,14 @@
 
 Phases (each timed): copy + expand library nodes, simplify, generate code,
 compile, load. Build folders live under one cache directory, one folder per
-process and session, and the same SDFG name is reused inside a folder so
-that CMake does not reconfigure.
+process and session (two processes compiling into one folder corrupt each
+other's objects), and the same SDFG name is reused inside a folder so that
+a rebuild skips CMake's configure step and recompiles only what changed.
+
+What makes a rebuild fast (measured by ``python -m workbench.build.bench``):
+the unchanged cmake command (``reuse.stabilize_environments``), Ninja, and a
+precompiled dace.h (``pch``). ``WORKBENCH_FAST_BUILD=0`` turns the last two
+off.
 """
 import copy
 import os
@@ -15,8 +21,11 @@ from pathlib import Path
 import dace
 from dace.codegen import codegen, compiler
 
-from workbench.errors import BuildError
-from workbench.build.settings import apply_build_settings, cache_dir
+from workbench.errors import BuildError, WorkbenchError
+from workbench.build import pch, reuse
+from workbench.build.settings import (apply_build_settings, cache_dir,  # noqa: F401
+                                      fast_build_enabled)
+from workbench.build.storage import heap_for_large_transients
 from workbench.progress import SILENT
 
 TARGETS = ("cpu", "gpu")
@@ -30,6 +39,7 @@ class Build:
     folder: Path
     target: str
     timings: dict = field(default_factory=dict)
+    precompiled_header: Path = None   # the -include'd header, when one was used
 
     @property
     def seconds(self) -> float:
@@ -45,7 +55,14 @@ def session_build_folder(session_id: str) -> Path:
 
 def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SILENT,
                  simplify: bool = True) -> Build:
-    """Expand, generate and compile ``sdfg`` (a copy) inside ``folder``."""
+    """Expand, generate and compile ``sdfg`` (a copy) inside ``folder``.
+
+    Rebuilding the same SDFG name in the same folder reuses CMake's
+    configuration and the unchanged objects. Release the previous build of
+    that folder first (``build.compiled.finalize()`` and drop it), as the
+    session does; one still held is unloaded if idle, else left loaded and
+    the new library is loaded from a copy.
+    """
     if target not in TARGETS:
         raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
     apply_build_settings()
@@ -53,8 +70,14 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
     with progress.phase("expand"):
         t = time.perf_counter()
         program = copy.deepcopy(sdfg)
-        program.build_folder = str(folder / program.name)
-        program.expand_library_nodes(recursive=True)
+        program.build_folder = str(Path(folder) / program.name)
+        try:
+            program.expand_library_nodes(recursive=True)
+        except WorkbenchError:
+            raise  # typed already (an unsupported case names its node)
+        except Exception as e:
+            raise BuildError(f"expanding the operators of '{program.name}' failed: "
+                             f"{type(e).__name__}: {_first_line(str(e))}") from e
         if target == "gpu":
             program.apply_gpu_transformations()
         timings["expand"] = time.perf_counter() - t
@@ -65,6 +88,8 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
             timings["simplify"] = time.perf_counter() - t
     with progress.phase("generate code"):
         t = time.perf_counter()
+        if target == "cpu":
+            heap_for_large_transients(program)
         try:
             program.fill_scope_connectors()
             objects = codegen.generate_code(program, validate=True)
@@ -75,26 +100,47 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
         timings["codegen"] = time.perf_counter() - t
     if target == "gpu":
         return Build(None, program, Path(program_folder), target, timings)
+    header = _precompiled_header(progress, timings)
+    reuse.stabilize_environments(Path(program_folder), [pch.ENVIRONMENT] if header else [])
     with progress.phase("compile"):
         t = time.perf_counter()
         try:
             library = compiler.configure_and_compile(program_folder, program.name)
         except Exception as e:
-            raise BuildError(f"compilation of '{program.name}' failed: "
-                             f"{compiler_first_error(str(e))} (sources in {program_folder})") from e
+            first = compiler_first_error(str(e))
+            raise BuildError(f"compilation of '{program.name}' failed: {first} "
+                             f"(sources in {program_folder})") from e
         timings["compile"] = time.perf_counter() - t
     with progress.phase("load"):
         t = time.perf_counter()
-        compiled = compiler.get_program_handle(library, program)
+        compiled = reuse.load_program(library, program)
         timings["load"] = time.perf_counter() - t
-    return Build(compiled, program, Path(program_folder), target, timings)
+    return Build(compiled, program, Path(program_folder), target, timings, header)
+
+
+def _precompiled_header(progress, timings: dict):
+    """The header to -include, made on the first build that needs it (timed apart)."""
+    t = time.perf_counter()
+    try:
+        if pch.decided():
+            return pch.ensure_pch()
+        with progress.phase("precompile dace.h (once per compiler and flags)"):
+            return pch.ensure_pch()
+    except Exception as e:   # a faster build is never worth a failed one
+        pch.log.warning("precompiled dace.h unavailable, building without it: %s", e)
+        return None
+    finally:
+        if time.perf_counter() - t > 0.05:
+            timings["precompile_header"] = time.perf_counter() - t
 
 
 def compiler_first_error(output: str) -> str:
-    """The compiler's first ``error:`` line, else the first line of output."""
-    for line in output.splitlines():
-        if re.search(r"\berror\b", line, re.IGNORECASE) and ":" in line:
-            return line.strip()[:400]
+    """The compiler's first ``error:`` line, else a line that mentions an error, else the first."""
+    lines = [line.strip() for line in output.splitlines()]
+    for pattern in (r":\d+(:\d+)?: (fatal )?error:", r"\berror\b.*:|:.*\berror\b"):
+        for line in lines:
+            if re.search(pattern, line, re.IGNORECASE):
+                return line[:400]
     return _first_line(output)
 
 
