@@ -15,11 +15,14 @@ from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all
 class Session:
     """One imported model: ``.sdfg``, ``build``, ``run``, ``verify``, ``summary``."""
 
-    def __init__(self, imported, progress=SILENT):
+    def __init__(self, imported, progress=SILENT, build_slot: str = None):
+        """``build_slot`` names the build folder; sessions used one after another
+        in a process (the ONNX backend's cases) share one to skip CMake configure."""
         self.model = imported
         self.sdfg = imported.sdfg
         self.progress = progress
         self.id = uuid.uuid4().hex[:8]
+        self.build_slot = build_slot or self.id
         self._build = None
         self._built_json = None
 
@@ -42,7 +45,7 @@ class Session:
         if self._build is not None and self._built_json == key:
             return self._build
         self._release()
-        folder = session_build_folder(self.id)
+        folder = session_build_folder(self.build_slot)
         self._build = compile_sdfg(self.sdfg, folder, target, self.progress)
         self._built_json = key
         return self._build

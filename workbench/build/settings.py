@@ -78,7 +78,12 @@ def cpu_args(base: str) -> str:
     through OpenMP::OpenMP_CXX, and the precompiled header is built with it.
     """
     args = shlex.split(base)
-    args = [a for a in args if a != "-fno-openmp"]
+    # -ffast-math (DaCe's default) breaks ONNX semantics: isnan/isinf fold to
+    # false, infinities in reductions go wrong, and loading the library turns
+    # on flush-to-zero for the whole process. Keep IEEE; drop errno only.
+    args = [a for a in args if a not in ("-fno-openmp", "-ffast-math")]
+    if "-fno-math-errno" not in args:
+        args.append("-fno-math-errno")
     if not any(a.startswith("-O") for a in args):
         args.append("-O3")
     if "-DNDEBUG" not in args:

@@ -1,0 +1,90 @@
+"""The workbench as a standard ONNX backend (``onnx.backend.base.Backend``).
+
+``prepare`` refuses models with operator types the workbench does not
+implement by raising ``unittest.SkipTest`` (the ONNX test runner counts it
+as skipped). The model is imported and compiled on the first ``run``,
+because small graph inputs that act as shapes, axes or sizes are bound as
+constants then, as an exporter would have written them. Folding is limited
+to Constant/Shape/Size, so every other node runs as compiled code; an
+unsupported case (a dtype, a data-dependent shape) is a skip with its
+typed reason, never a wrong answer.
+"""
+import unittest
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+from onnx.backend.base import Backend, BackendRep
+
+from workbench.errors import ShapeError, UnsupportedCaseError, UnsupportedOpError
+
+# Graph inputs up to this many elements are bound as initializers at run time.
+BIND_MAX_ELEMENTS = 64
+
+
+class WorkbenchRep(BackendRep):
+    def __init__(self, model: onnx.ModelProto, build_slot: str = "onnx-backend"):
+        self.model = model
+        self.build_slot = build_slot
+        self.session = None
+        inits = {t.name for t in model.graph.initializer}
+        self.input_names = [i.name for i in model.graph.input if i.name not in inits]
+
+    def run(self, inputs, **kwargs):
+        feeds = self._feeds(inputs)
+        try:
+            if self.session is None:
+                self.session = self._open(feeds)
+            outputs = self.session.run({i.onnx_name: feeds[i.onnx_name]
+                                        for i in self.session.inputs})
+        except (UnsupportedCaseError, UnsupportedOpError, ShapeError) as e:
+            raise unittest.SkipTest(f"unsupported: {e}") from None
+        return tuple(outputs[o.name] for o in self.model.graph.output)
+
+    def _feeds(self, inputs) -> dict:
+        if isinstance(inputs, dict):
+            return {k: np.asarray(v) for k, v in inputs.items()}
+        if not isinstance(inputs, (list, tuple)):
+            inputs = [inputs]
+        return {name: np.asarray(v) for name, v in zip(self.input_names, inputs)}
+
+    def _open(self, feeds):
+        from workbench.importer import import_model
+        from workbench.session import Session
+        model = onnx.ModelProto()
+        model.CopyFrom(self.model)
+        small = {k: v for k, v in feeds.items() if v.size <= BIND_MAX_ELEMENTS}
+        if small:
+            model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in small.items())
+            keep = [i for i in model.graph.input if i.name not in small]
+            del model.graph.input[:]
+            model.graph.input.extend(keep)
+        shapes = {k: list(v.shape) for k, v in feeds.items() if k not in small}
+        imported = import_model(model, input_shapes=shapes, name="case", fold=False)
+        return Session(imported, build_slot=self.build_slot)
+
+
+class WorkbenchBackend(Backend):
+    @classmethod
+    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs):
+        if not cls.supports_device(device):
+            raise unittest.SkipTest(f"device {device} is not supported (CPU only)")
+        from workbench.importer.to_sdfg import FOLDED_AT_IMPORT, check_supported
+        try:
+            check_supported(model, allow=FOLDED_AT_IMPORT)
+        except UnsupportedOpError as e:
+            raise unittest.SkipTest(f"unsupported op types: {', '.join(e.missing)}") from None
+        return WorkbenchRep(model, kwargs.get("build_slot", "onnx-backend"))
+
+    @classmethod
+    def run_model(cls, model, inputs, device="CPU", **kwargs):
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        return str(device).upper().startswith("CPU")
+
+
+prepare = WorkbenchBackend.prepare
+run_model = WorkbenchBackend.run_model
+supports_device = WorkbenchBackend.supports_device
