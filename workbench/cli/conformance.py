@@ -33,6 +33,8 @@ def run(args, progress) -> int:
     with progress.phase(f"run {len(names)} cases", total=len(names)) as step:
         results = runner.run_suite(names, workers=max(1, args.workers), timeout=args.timeout,
                                    on_result=lambda n, r, done, total: step(done, n))
+    for name, result in results.items():
+        result["op"] = ops[name]
     summary = report.summarize(results, {n: ops[n] for n in names})
     summary["cases_total"] = len(ops) if not (args.ops or args.cases) else len(names)
     print(report.table(summary))

@@ -203,14 +203,24 @@ def mapped_tasklet(state, label: str, ranges: dict, inputs: dict, code: str, out
         raise ValueError(f"map parameters {sorted(ranges)} reuse connector names")
     names = sorted(set(inputs) | set(outputs) | set(ranges), key=len, reverse=True)
     for name in names:
-        code = re.sub(rf"(?<![\w.]){name}\b", f"__{name}", code)
-    params = {p: f"__{p}" for p in ranges}
-    for memlet in list(inputs.values()) + list(outputs.values()):
-        memlet.replace(params)
+        code = _prefix(code, name)
+
+    def renamed(memlet):
+        # Rebuilt from text: Memlet.replace leaves the new names out of the
+        # subset's free symbols, and memlet propagation then misses them.
+        subset = str(memlet.subset)
+        for p in sorted(ranges, key=len, reverse=True):
+            subset = _prefix(subset, p)
+        return dace.Memlet(f"{memlet.data}[{subset}]", wcr=memlet.wcr, dynamic=memlet.dynamic)
+
     return state.add_mapped_tasklet(label, {f"__{p}": r for p, r in ranges.items()},
-                                    {f"__{k}": v for k, v in inputs.items()}, code,
-                                    {f"__{k}": v for k, v in outputs.items()},
+                                    {f"__{k}": renamed(v) for k, v in inputs.items()}, code,
+                                    {f"__{k}": renamed(v) for k, v in outputs.items()},
                                     external_edges=True, **kwargs)
+
+
+def _prefix(text: str, name: str) -> str:
+    return re.sub(rf"(?<![\w.]){name}\b", f"__{name}", text)
 
 
 def np_dtype(dace_type) -> np.dtype:

@@ -1,0 +1,124 @@
+"""Data movement: bytes read and written to non-register memory.
+
+Rules:
+1. Every memlet edge with an access node at one end counts once, with the
+   number of distinct elements its subset covers times the element size
+   (what an operator reads or writes, not how often it re-reads it).
+2. Edges between an access node and a nested SDFG are not counted: the
+   nested SDFG's own edges count instead (no double counting).
+3. Edges that only alias (to or from a View) and arrays in registers move
+   nothing.
+4. Each counted edge belongs to the top-level node it feeds or leaves in
+   the program's main state; that node names the ONNX operator (an
+   ``OnnxOp`` its ``onnx_name``, anything else its label).
+The compulsory figure is every graph input, weight and output moved once.
+"""
+import copy
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import dace
+from dace.sdfg import nodes
+from dace.sdfg.propagation import propagate_memlets_sdfg
+
+from workbench.ops.node import OnnxOp
+
+
+@dataclass
+class DataMovement:
+    moved_bytes: int
+    compulsory_bytes: int
+    per_operator: dict = field(default_factory=dict)  # name -> bytes moved
+
+    @property
+    def ratio(self) -> float:
+        return self.moved_bytes / self.compulsory_bytes if self.compulsory_bytes else 0.0
+
+    def to_dict(self) -> dict:
+        return {"moved_bytes": self.moved_bytes, "compulsory_bytes": self.compulsory_bytes,
+                "ratio": round(self.ratio, 4)}
+
+
+def operator_name(node) -> str:
+    if isinstance(node, OnnxOp):
+        return node.onnx_name
+    return getattr(node, "label", str(node))
+
+
+def data_movement(sdfg: dace.SDFG) -> DataMovement:
+    """The figure for ``sdfg`` (read-only: memlets are propagated on a copy)."""
+    program = copy.deepcopy(sdfg)
+    propagate_memlets_sdfg(program)
+    return _movement(program)
+
+
+def _movement(sdfg: dace.SDFG) -> DataMovement:
+    per_op = defaultdict(int)
+    for state in sdfg.states():
+        owners = _top_level_owners(state)
+        for edge in state.edges():
+            for node, name in _counted_edges(edge, state, sdfg):
+                per_op[owners.get(node, name)] += _edge_bytes(edge, sdfg)
+        for node in state.nodes():
+            if isinstance(node, nodes.NestedSDFG):
+                inner = _movement(node.sdfg)
+                per_op[owners.get(node, operator_name(node))] += inner.moved_bytes
+    return DataMovement(sum(per_op.values()), compulsory_bytes(sdfg), dict(per_op))
+
+
+def compulsory_bytes(sdfg: dace.SDFG) -> int:
+    return sum(desc.total_size * desc.dtype.bytes for desc in sdfg.arrays.values()
+               if not desc.transient and not isinstance(desc, dace.data.View)
+               and _static(desc.total_size))
+
+
+def _counted_edges(edge, state, sdfg):
+    """(endpoint that owns the traffic, fallback name) for an edge that moves data."""
+    src, dst = edge.src, edge.dst
+    if edge.data.data is None or edge.data.is_empty():
+        return []
+    ends = [n for n in (src, dst) if isinstance(n, nodes.AccessNode)]
+    if not ends or any(_no_traffic(n, sdfg) for n in ends):
+        return []
+    other = dst if isinstance(src, nodes.AccessNode) else src
+    if isinstance(other, nodes.NestedSDFG):
+        return []
+    if isinstance(other, nodes.AccessNode):  # a copy: read + write
+        return [(src, src.data), (dst, dst.data)]
+    return [(other, operator_name(other))]
+
+
+def _no_traffic(access, sdfg) -> bool:
+    desc = sdfg.arrays[access.data]
+    return isinstance(desc, dace.data.View) or desc.storage == dace.StorageType.Register
+
+
+def _edge_bytes(edge, sdfg) -> int:
+    desc = sdfg.arrays[edge.data.data]
+    n = edge.data.subset.num_elements() if edge.data.subset is not None else desc.total_size
+    return int(dace.symbolic.evaluate(n, {})) * desc.dtype.bytes if not _static(n) else \
+        int(n) * desc.dtype.bytes
+
+
+def _static(value) -> bool:
+    try:
+        int(value)
+        return True
+    except TypeError:
+        return False
+
+
+def _top_level_owners(state) -> dict:
+    """Node -> name of the outermost scope (map) or node it sits in."""
+    owners = {}
+    scopes = state.scope_dict()
+    for node in state.nodes():
+        outer = node
+        while scopes.get(outer) is not None:
+            outer = scopes[outer]
+        if isinstance(node, nodes.ExitNode):
+            outer = state.entry_node(node)
+            while scopes.get(outer) is not None:
+                outer = scopes[outer]
+        owners[node] = operator_name(outer)
+    return owners
