@@ -72,3 +72,12 @@ class BuildError(CheckFailed):
 
 class VerificationError(CheckFailed):
     """Outputs do not match the reference."""
+
+
+class TransformationError(WorkbenchError):
+    """A transformation does not apply (any more) or broke the program.
+
+    The session is left exactly as it was before the step.
+    """
+
+    exit_code = 1

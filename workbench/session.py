@@ -1,4 +1,5 @@
 """A Session owns one model's SDFG and everything built from it."""
+import copy
 import time
 import uuid
 
@@ -6,7 +7,7 @@ import numpy as np
 
 from workbench import analysis
 from workbench.build import compile_sdfg, session_build_folder
-from workbench.errors import BadInputError
+from workbench.errors import BadInputError, TransformationError
 from workbench.progress import SILENT
 from workbench.reference import random_inputs, run_reference
 from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all
@@ -23,6 +24,7 @@ class Session:
         self.progress = progress
         self.id = uuid.uuid4().hex[:8]
         self.build_slot = build_slot or self.id
+        self.history = []  # one entry per applied transformation
         self._build = None
         self._built_json = None
 
@@ -92,6 +94,110 @@ class Session:
         report.timings = {"build_s": build.seconds, **timings,
                           **{f"{k}_s": v for k, v in build.timings.items()}}
         return report
+
+    # -- transformations -----------------------------------------------------
+    def data_movement(self):
+        """Bytes moved, compulsory bytes and their ratio, per operator too."""
+        from workbench.analysis.movement import data_movement
+        return data_movement(self.sdfg)
+
+    def transformations(self, level: str = None, nodes=None, predict: bool = True) -> list:
+        """Matches of the library in the current SDFG.
+
+        ``nodes`` (identities, ONNX node names or SDFG nodes: a selection)
+        keeps matches touching any of them. With ``predict``, each match's
+        ``delta_bytes`` is the change in bytes moved, measured by applying it
+        to a copy.
+        """
+        from workbench import transform
+        wanted = self._selection(nodes) if nodes is not None else None
+        matches = []
+        for t in transform.all_transformations(level):
+            try:
+                found = t.find(self.sdfg)
+            except Exception:  # a broken plug-in must not hide the others
+                continue
+            for m in found:
+                if wanted is None or wanted & set(m.nodes):
+                    matches.append(self._predict(m) if predict else m)
+        return matches
+
+    def apply(self, match):
+        """Apply one match; on any failure the SDFG stays exactly as it was."""
+        from workbench import transform
+        t = transform.get(match.transformation)
+        before = self.data_movement().moved_bytes
+        trial = copy.deepcopy(self.sdfg)
+        try:
+            t.apply(trial, match)
+            trial.validate()
+        except TransformationError:
+            raise
+        except Exception as e:
+            raise TransformationError(
+                f"{match.transformation} failed on {match.description or match.nodes}: "
+                f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+                f". The session is unchanged.") from e
+        self.sdfg = trial
+        after = self.data_movement().moved_bytes
+        self.history.append({"transformation": match.transformation, "level": t.level,
+                             "where": [list(w) for w in match.where],
+                             "description": match.description, "bytes_before": before,
+                             "bytes_after": after, "time": time.time()})
+        return self.history[-1]
+
+    def optimize(self, recipe) -> list:
+        """Apply a recipe (name, path or steps); returns the history entries added."""
+        from workbench import transform
+        from workbench.recipe import load_recipe
+        data = load_recipe(recipe)
+        added = []
+        for i, step in enumerate(data["steps"]):
+            name = step["transformation"]
+            t = transform.get(name)
+            if step.get("all"):
+                for _ in range(step.get("limit", 1000)):
+                    found = t.find(self.sdfg)
+                    if not found:
+                        break
+                    added.append(self.apply(found[0]))
+                continue
+            match = transform.Match(name, tuple(tuple(w) for w in step.get("where", ())),
+                                    step.get("description", ""),
+                                    tuple(tuple(o) for o in step.get("options", ())),
+                                    step.get("expr_index", 0))
+            try:
+                added.append(self.apply(match))
+            except TransformationError as e:
+                raise TransformationError(f"recipe '{data.get('name')}' step {i + 1} "
+                                          f"({name}): {e}") from e
+        return added
+
+    def _predict(self, match):
+        from dataclasses import replace
+        from workbench import transform
+        from workbench.analysis.movement import data_movement
+        try:
+            after = data_movement(transform.apply_to_copy(self.sdfg, match)).moved_bytes
+        except Exception:
+            return match
+        return replace(match, delta_bytes=after - self.data_movement().moved_bytes)
+
+    def _selection(self, nodes) -> set:
+        from workbench import nodeid
+        from workbench.ops.node import OnnxOp
+        idents = set()
+        onnx_names = {}
+        for node, state in self.sdfg.all_nodes_recursive():
+            if isinstance(node, OnnxOp):
+                onnx_names[node.onnx_name] = nodeid.identity(state.sdfg, state, node)
+        for item in nodes:
+            if isinstance(item, str):
+                idents.add(onnx_names.get(item, item))
+            else:
+                state = next(st for n, st in self.sdfg.all_nodes_recursive() if n is item)
+                idents.add(nodeid.identity(state.sdfg, state, item))
+        return idents
 
     # -- describing ----------------------------------------------------------
     def summary(self) -> dict:

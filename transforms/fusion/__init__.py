@@ -1,0 +1,1 @@
+"""Fusion level: several operators in one pass over the data."""

@@ -1,0 +1,2 @@
+"""Global level: the whole program's memory."""
+from transforms.global_ import identity  # noqa: F401

@@ -1,0 +1,61 @@
+"""RemoveIdentity: Identity and inference-time Dropout copy data for nothing.
+
+Rules:
+1. Matches an Identity, or a Dropout whose mask output is absent and which
+   has no ``ratio``/``training_mode`` input that could turn it on.
+2. If the output is a transient, its readers read the input instead.
+3. Else, if the input is a transient written only here, the producer
+   writes the output directly.
+4. Otherwise (graph input straight to graph output) it stays.
+"""
+import dace
+
+from transforms.graph import ident, onnx_ops, readers_elsewhere
+from workbench import nodeid
+from workbench.errors import TransformationError
+from workbench.transform import Transformation, register
+
+
+def _removable(sdfg, state, node) -> bool:
+    if node.op_type == "Dropout" and (any(node.onnx_outputs[1:]) or any(node.onnx_inputs[1:])):
+        return False
+    src = state.in_edges(node)[0].src
+    dst = state.out_edges(node)[0].dst
+    if sdfg.arrays[dst.data].transient and readers_elsewhere(sdfg, state, dst.data) == 0:
+        return True
+    return (sdfg.arrays[src.data].transient and state.in_degree(src) == 1
+            and readers_elsewhere(sdfg, state, src.data) == 0)
+
+
+@register
+class RemoveIdentity(Transformation):
+    level = "global"
+    name = "RemoveIdentity"
+    description = "Remove Identity and inference Dropout nodes (no copy)"
+
+    def find(self, sdfg):
+        return [self.match({"node": ident(sdfg, state, node)}, f"remove {node.onnx_name}")
+                for state, node in onnx_ops(sdfg, {"Identity", "Dropout"})
+                if _removable(sdfg, state, node)]
+
+    def apply(self, sdfg, match):
+        _, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
+        node = roles["node"]
+        if not _removable(sdfg, state, node):
+            raise TransformationError(f"{node.onnx_name} can no longer be removed")
+        src = state.in_edges(node)[0].src
+        dst = state.out_edges(node)[0].dst
+        state.remove_node(node)
+        if sdfg.arrays[dst.data].transient:
+            keep, drop = src, dst
+        else:
+            keep, drop = dst, src
+        for e in state.in_edges(drop):
+            state.add_edge(e.src, e.src_conn, keep, e.dst_conn,
+                           dace.Memlet.from_array(keep.data, sdfg.arrays[keep.data]))
+        for e in state.out_edges(drop):
+            state.add_edge(keep, e.src_conn, e.dst, e.dst_conn,
+                           dace.Memlet.from_array(keep.data, sdfg.arrays[keep.data]))
+        state.remove_node(drop)
+        if not any(n.data == drop.data for s in sdfg.states() for n in s.data_nodes()):
+            sdfg.remove_data(drop.data)

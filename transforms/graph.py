@@ -1,0 +1,44 @@
+"""Queries on the operator graph shared by the library's transformations."""
+from dace.sdfg import nodes
+
+from workbench import nodeid
+from workbench.ops.node import OnnxOp
+
+
+def onnx_ops(sdfg, op_types=None):
+    """(state, node) for OnnxOp nodes of the top-level SDFG, optionally by op type."""
+    out = []
+    for state in sdfg.states():
+        for node in state.nodes():
+            if isinstance(node, OnnxOp) and (op_types is None or node.op_type in op_types):
+                out.append((state, node))
+    return out
+
+
+def ident(sdfg, state, node) -> str:
+    return nodeid.identity(sdfg, state, node)
+
+
+def in_array(state, node, conn):
+    """The access node feeding connector ``conn``."""
+    return next(e.src for e in state.in_edges(node) if e.dst_conn == conn)
+
+
+def out_array(state, node, conn):
+    return next(e.dst for e in state.out_edges(node) if e.src_conn == conn)
+
+
+def consumers(state, access):
+    """Nodes reading ``access`` (through any edge)."""
+    return [e.dst for e in state.out_edges(access)]
+
+
+def readers_elsewhere(sdfg, state, data: str) -> int:
+    """How many access nodes of ``data`` other states hold (to keep cross-state reads)."""
+    return sum(1 for s in sdfg.states() if s is not state
+               for n in s.nodes() if isinstance(n, nodes.AccessNode) and n.data == data)
+
+
+def single_consumer(sdfg, state, access) -> bool:
+    return (len(state.out_edges(access)) == 1 and sdfg.arrays[access.data].transient
+            and readers_elsewhere(sdfg, state, access.data) == 0)

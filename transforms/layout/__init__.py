@@ -1,0 +1,1 @@
+"""Layout level: how tensors sit in memory."""

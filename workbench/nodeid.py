@@ -1,0 +1,112 @@
+"""Stable identities for SDFG nodes, so matches and recipes survive edits.
+
+An identity reads ``[<nested SDFG node identity>>]<state label>:<kind>:<name>#<k>``:
+kind/name is ``op:<ONNX node name>`` for an OnnxOp, ``data:<array>`` for an
+access node, ``map:<label>``/``mapexit:<label>`` for a map's entry/exit,
+``nsdfg``, ``tasklet`` or ``lib`` with the label otherwise; ``k`` counts
+earlier nodes of the same kind and name in the state. A state itself is
+``[...>]state:<label>``. Nothing depends on node ids or list positions.
+"""
+import dace
+from dace.sdfg import nodes
+
+from workbench.errors import TransformationError
+
+
+def kind_and_name(node):
+    from workbench.ops.node import OnnxOp
+    if isinstance(node, OnnxOp):
+        return "op", node.onnx_name
+    if isinstance(node, nodes.AccessNode):
+        return "data", node.data
+    if isinstance(node, nodes.MapEntry):
+        return "map", node.map.label
+    if isinstance(node, nodes.MapExit):
+        return "mapexit", node.map.label
+    if isinstance(node, nodes.NestedSDFG):
+        return "nsdfg", node.label
+    if isinstance(node, nodes.Tasklet):
+        return "tasklet", node.label
+    if isinstance(node, nodes.LibraryNode):
+        return "lib", node.label
+    return type(node).__name__.lower(), getattr(node, "label", "")
+
+
+def _prefix(sdfg) -> str:
+    """Identity path of a nested SDFG (empty for the top level)."""
+    parent_node = sdfg.parent_nsdfg_node
+    if parent_node is None or sdfg.parent is None:
+        return ""
+    return identity(sdfg.parent_sdfg, sdfg.parent, parent_node) + ">"
+
+
+def identity(sdfg, state, node) -> str:
+    if isinstance(node, dace.SDFGState) or state is None:
+        return f"{_prefix(sdfg)}state:{node.label}"
+    kind, name = kind_and_name(node)
+    k = 0
+    for other in state.nodes():
+        if other is node:
+            break
+        if kind_and_name(other) == (kind, name):
+            k += 1
+    return f"{_prefix(sdfg)}{state.label}:{kind}:{name}#{k}"
+
+
+def short(node) -> str:
+    """What a person calls the node."""
+    if isinstance(node, dace.SDFGState):
+        return f"state {node.label}"
+    kind, name = kind_and_name(node)
+    return name if kind in ("op", "data") else f"{kind} {name}"
+
+
+def resolve(sdfg, ident: str):
+    """(owning SDFG, state or None, node) for an identity; TransformationError if gone."""
+    owner = sdfg
+    *path, last = ident.split(">")
+    for step in path:
+        _, _, nested = resolve(owner, step)
+        if not isinstance(nested, nodes.NestedSDFG):
+            raise TransformationError(f"'{step}' is not a nested SDFG")
+        owner = nested.sdfg
+    if last.startswith("state:"):
+        label = last[len("state:"):]
+        for state in owner.states():
+            if state.label == label:
+                return owner, None, state
+        raise TransformationError(f"state '{label}' no longer exists")
+    state_label, kind, rest = last.split(":", 2)
+    name, _, k = rest.rpartition("#")
+    for state in owner.states():
+        if state.label != state_label:
+            continue
+        same = [n for n in state.nodes() if kind_and_name(n) == (kind, name)]
+        if int(k) < len(same):
+            return owner, state, same[int(k)]
+    raise TransformationError(f"node {kind} '{name}' no longer exists")
+
+
+def resolve_all(sdfg, where: dict):
+    """(owner SDFG, state, {role: node}) for a match's roles, all in one place."""
+    owner = state = None
+    out = {}
+    for role, ident in where.items():
+        o, s, node = resolve(sdfg, ident)
+        if owner is not None and o is not owner:
+            raise TransformationError("a match spans several SDFGs")
+        owner = o
+        state = state or s
+        out[role] = node
+    return owner, state, out
+
+
+def find_nodes(sdfg, idents) -> list:
+    """Nodes for identities that still resolve (a GUI selection), skipping gone ones."""
+    found = []
+    for ident in idents:
+        try:
+            found.append(resolve(sdfg, ident)[2])
+        except TransformationError:
+            continue
+    return found
