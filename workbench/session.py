@@ -25,6 +25,7 @@ class Session:
         self.id = uuid.uuid4().hex[:8]
         self.build_slot = build_slot or self.id
         self.history = []  # one entry per applied transformation
+        self._operator_names = {}
         self._build = None
         self._built_json = None
 
@@ -96,10 +97,18 @@ class Session:
         return report
 
     # -- transformations -----------------------------------------------------
-    def data_movement(self):
-        """Bytes moved, compulsory bytes and their ratio, per operator too."""
+    def data_movement(self, sdfg=None):
+        """Bytes moved, compulsory bytes and their ratio, per ONNX operator too."""
         from workbench.analysis.movement import data_movement
-        return data_movement(self.sdfg)
+        return data_movement(self.sdfg if sdfg is None else sdfg, self.operator_names())
+
+    def operator_names(self) -> dict:
+        """SDFG node name -> ONNX operator name, for every operator seen so far
+        (expanded operators keep their name as a label prefix)."""
+        from workbench.analysis import onnx_nodes
+        for node, _ in onnx_nodes(self.sdfg):
+            self._operator_names.setdefault(node.name, node.onnx_name)
+        return self._operator_names
 
     def transformations(self, level: str = None, nodes=None, predict: bool = True) -> list:
         """Matches of the library in the current SDFG.
@@ -176,9 +185,8 @@ class Session:
     def _predict(self, match):
         from dataclasses import replace
         from workbench import transform
-        from workbench.analysis.movement import data_movement
         try:
-            after = data_movement(transform.apply_to_copy(self.sdfg, match)).moved_bytes
+            after = self.data_movement(transform.apply_to_copy(self.sdfg, match)).moved_bytes
         except Exception:
             return match
         return replace(match, delta_bytes=after - self.data_movement().moved_bytes)

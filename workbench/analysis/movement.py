@@ -9,8 +9,10 @@ Rules:
 3. Edges that only alias (to or from a View) and arrays in registers move
    nothing.
 4. Each counted edge belongs to the top-level node it feeds or leaves in
-   the program's main state; that node names the ONNX operator (an
-   ``OnnxOp`` its ``onnx_name``, anything else its label).
+   the program's main state; that node names the ONNX operator: an
+   ``OnnxOp`` its ``onnx_name``; an expanded operator's maps, tasklets and
+   library nodes carry the OnnxOp's name as a label prefix (see
+   ``workbench.ops.registry``), which ``names`` maps back to the ONNX name.
 The compulsory figure is every graph input, weight and output moved once.
 """
 import copy
@@ -22,6 +24,7 @@ from dace.sdfg import nodes
 from dace.sdfg.propagation import propagate_memlets_sdfg
 
 from workbench.ops.node import OnnxOp
+from workbench.ops.registry import OWNER_SEPARATOR
 
 
 @dataclass
@@ -39,30 +42,36 @@ class DataMovement:
                 "ratio": round(self.ratio, 4)}
 
 
-def operator_name(node) -> str:
+def operator_name(node, names: dict = None) -> str:
+    """The ONNX operator a node belongs to (its label when unknown)."""
     if isinstance(node, OnnxOp):
         return node.onnx_name
-    return getattr(node, "label", str(node))
+    label = node.map.label if isinstance(node, nodes.MapEntry) else getattr(node, "label", str(node))
+    owner = label.split(OWNER_SEPARATOR, 1)[0]
+    return (names or {}).get(owner, label)
 
 
-def data_movement(sdfg: dace.SDFG) -> DataMovement:
-    """The figure for ``sdfg`` (read-only: memlets are propagated on a copy)."""
+def data_movement(sdfg: dace.SDFG, names: dict = None) -> DataMovement:
+    """The figure for ``sdfg`` (read-only: memlets are propagated on a copy).
+
+    ``names`` maps OnnxOp node names to ONNX names for expanded operators.
+    """
     program = copy.deepcopy(sdfg)
     propagate_memlets_sdfg(program)
-    return _movement(program)
+    return _movement(program, names or {})
 
 
-def _movement(sdfg: dace.SDFG) -> DataMovement:
+def _movement(sdfg: dace.SDFG, names: dict) -> DataMovement:
     per_op = defaultdict(int)
     for state in sdfg.states():
-        owners = _top_level_owners(state)
+        owners = _top_level_owners(state, names)
         for edge in state.edges():
-            for node, name in _counted_edges(edge, state, sdfg):
+            for node, name in _counted_edges(edge, state, sdfg, names):
                 per_op[owners.get(node, name)] += _edge_bytes(edge, sdfg)
         for node in state.nodes():
             if isinstance(node, nodes.NestedSDFG):
-                inner = _movement(node.sdfg)
-                per_op[owners.get(node, operator_name(node))] += inner.moved_bytes
+                inner = _movement(node.sdfg, names)
+                per_op[owners.get(node, operator_name(node, names))] += inner.moved_bytes
     return DataMovement(sum(per_op.values()), compulsory_bytes(sdfg), dict(per_op))
 
 
@@ -72,7 +81,7 @@ def compulsory_bytes(sdfg: dace.SDFG) -> int:
                and _static(desc.total_size))
 
 
-def _counted_edges(edge, state, sdfg):
+def _counted_edges(edge, state, sdfg, names):
     """(endpoint that owns the traffic, fallback name) for an edge that moves data."""
     src, dst = edge.src, edge.dst
     if edge.data.data is None or edge.data.is_empty():
@@ -85,7 +94,7 @@ def _counted_edges(edge, state, sdfg):
         return []
     if isinstance(other, nodes.AccessNode):  # a copy: read + write
         return [(src, src.data), (dst, dst.data)]
-    return [(other, operator_name(other))]
+    return [(other, operator_name(other, names))]
 
 
 def _no_traffic(access, sdfg) -> bool:
@@ -108,7 +117,7 @@ def _static(value) -> bool:
         return False
 
 
-def _top_level_owners(state) -> dict:
+def _top_level_owners(state, names) -> dict:
     """Node -> name of the outermost scope (map) or node it sits in."""
     owners = {}
     scopes = state.scope_dict()
@@ -120,5 +129,5 @@ def _top_level_owners(state) -> dict:
             outer = state.entry_node(node)
             while scopes.get(outer) is not None:
                 outer = scopes[outer]
-        owners[node] = operator_name(outer)
+        owners[node] = operator_name(outer, names)
     return owners

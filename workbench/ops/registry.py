@@ -141,7 +141,25 @@ def expand(node, state, sdfg, impl: str):
     if callable(result) and not isinstance(result, dace.SDFG):
         result = program_sdfg(call, result)
     result.name = _sdfg_name(call)
+    _label_scopes(result, node.name)
     return result
+
+
+OWNER_SEPARATOR = "__"
+
+
+def _label_scopes(sdfg, owner: str) -> None:
+    """Prefix map and tasklet labels with the node's name, so that profiles and
+    data-movement figures still name the ONNX operator after expansion."""
+    prefix = f"{owner}{OWNER_SEPARATOR}"
+    for node, _ in sdfg.all_nodes_recursive():
+        if isinstance(node, dace.nodes.MapEntry) and not node.map.label.startswith(prefix):
+            node.map.label = prefix + node.map.label
+        elif isinstance(node, (dace.nodes.Tasklet, dace.nodes.LibraryNode)) \
+                and not node.label.startswith(prefix):
+            node.label = prefix + node.label
+            if isinstance(node, dace.nodes.LibraryNode):  # its expansion is named after .name
+                node.name = node.label
 
 
 def _sdfg_name(call) -> str:
