@@ -26,6 +26,10 @@ class Session:
         self.build_slot = build_slot or self.id
         self.history = []  # one entry per applied transformation
         self._operator_names = {}
+        # FLOPs are the model's, whatever the schedule: counted once, at import.
+        imported = analysis.onnx_nodes(imported.sdfg)
+        self._imported_ops = {n.onnx_name: n.op_type for n, _ in imported}
+        self._imported_flops = {n.onnx_name: analysis.node_flops(n, st) for n, st in imported}
         self._build = None
         self._built_json = None
 
@@ -208,21 +212,31 @@ class Session:
         return idents
 
     # -- describing ----------------------------------------------------------
+    def class_table(self, runtime: dict = None) -> list:
+        """FLOP, byte and (given a profile) runtime shares per operator class."""
+        from workbench.analysis.classes import class_table
+        ops = dict(self._imported_ops)
+        for node, _ in analysis.onnx_nodes(self.sdfg):  # fused nodes made by transformations
+            ops.setdefault(node.onnx_name, node.op_type)
+        return class_table(ops, self._imported_flops, self.data_movement().per_operator, runtime)
+
     def summary(self) -> dict:
         weights = self.model.weights
         return {
             "model": self.name,
             "ops": analysis.op_histogram(self.sdfg),
-            "nodes": sum(analysis.op_histogram(self.sdfg).values()),
+            "nodes": len(analysis.onnx_nodes(self.sdfg)),
             "tensors": len(self.sdfg.arrays),
             "parameters": int(sum(w.size for w in weights.values())),
             "parameter_bytes": int(sum(w.nbytes for w in weights.values())),
-            "flops": analysis.total_flops(self.sdfg),
+            "flops": int(sum(self._imported_flops.values())),
             "inputs": [{"name": i.onnx_name, "shape": list(i.shape), "dtype": i.dtype}
                        for i in self.inputs],
             "outputs": [{"name": o.onnx_name, "shape": list(o.shape), "dtype": o.dtype}
                         for o in self.outputs],
             "import": dict(self.model.stats),
+            "data_movement": self.data_movement().to_dict(),
+            "classes": self.class_table(),
         }
 
     # -- internals -----------------------------------------------------------

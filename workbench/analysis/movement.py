@@ -72,11 +72,12 @@ def _movement(sdfg: dace.SDFG, names: dict) -> DataMovement:
             if isinstance(node, nodes.NestedSDFG):
                 inner = _movement(node.sdfg, names)
                 per_op[owners.get(node, operator_name(node, names))] += inner.moved_bytes
-    return DataMovement(sum(per_op.values()), compulsory_bytes(sdfg), dict(per_op))
+    return DataMovement(int(sum(per_op.values())), compulsory_bytes(sdfg),
+                        {k: int(v) for k, v in per_op.items()})
 
 
 def compulsory_bytes(sdfg: dace.SDFG) -> int:
-    return sum(desc.total_size * desc.dtype.bytes for desc in sdfg.arrays.values()
+    return sum(int(desc.total_size) * desc.dtype.bytes for desc in sdfg.arrays.values()
                if not desc.transient and not isinstance(desc, dace.data.View)
                and _static(desc.total_size))
 

@@ -17,6 +17,22 @@ def add_model_args(parser):
                         help="print one JSON object as the last line of stdout")
 
 
+def add_recipe_arg(parser):
+    parser.add_argument("--recipe", metavar="NAME|FILE.json",
+                        help="apply a recipe first (shipped: default, auto)")
+
+
+def apply_recipe(ws, args, progress) -> dict:
+    """Apply ``--recipe``; returns data movement before/after (or {} without one)."""
+    if not getattr(args, "recipe", None):
+        return {}
+    before = ws.data_movement().to_dict()
+    with progress.phase(f"recipe {args.recipe}"):
+        steps = ws.optimize(args.recipe)
+    return {"recipe": args.recipe, "steps": len(steps), "before": before,
+            "after": ws.data_movement().to_dict()}
+
+
 def parse_shapes(items) -> dict:
     shapes = {}
     for item in items:

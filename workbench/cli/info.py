@@ -1,16 +1,23 @@
-"""``info MODEL``: what the model is: ops, tensors, parameters, FLOPs."""
-from workbench.cli.common import add_model_args, emit_json, human_count, open_session
+"""``info MODEL``: what the model is and where its bytes move."""
+from workbench.analysis.classes import format_table
+from workbench.cli.common import (add_model_args, add_recipe_arg, apply_recipe, emit_json,
+                                  human_count, open_session)
 
 
 def register(sub):
-    p = sub.add_parser("info", help="op histogram, tensors, parameters and FLOPs of a model")
+    p = sub.add_parser("info", help="ops, parameters, FLOPs, data movement and the "
+                                    "operator-class table of a model")
     add_model_args(p)
+    add_recipe_arg(p)
     p.set_defaults(run=run)
 
 
 def run(args, progress) -> int:
     ws = open_session(args, progress)
+    recipe = apply_recipe(ws, args, progress)
     s = ws.summary()
+    if recipe:
+        s["recipe"] = recipe
     if args.json:
         emit_json(s)
         return 0
@@ -24,4 +31,12 @@ def run(args, progress) -> int:
     print(f"parameters {human_count(s['parameters'])} ({human_count(s['parameter_bytes'])}B)")
     print(f"FLOPs      {human_count(s['flops'])}")
     print("ops        " + ", ".join(f"{op} {n}" for op, n in s["ops"].items()))
+    dm = s["data_movement"]
+    if recipe:
+        b = recipe["before"]
+        print(f"moved      {human_count(b['moved_bytes'])}B before recipe '{recipe['recipe']}' "
+              f"(ratio {b['ratio']:.2f}), {recipe['steps']} steps applied")
+    print(f"moved      {human_count(dm['moved_bytes'])}B, compulsory "
+          f"{human_count(dm['compulsory_bytes'])}B, ratio {dm['ratio']:.2f}")
+    print(format_table(s["classes"]))
     return 0

@@ -1,5 +1,6 @@
 """``verify MODEL``: build for the CPU, run, compare with onnxruntime."""
-from workbench.cli.common import add_model_args, emit_json, load_npz, open_session
+from workbench.cli.common import (add_model_args, add_recipe_arg, apply_recipe, emit_json,
+                                  load_npz, open_session)
 from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL
 
 
@@ -13,6 +14,7 @@ def register(sub):
     p.add_argument("--rtol", type=float, default=DEFAULT_RTOL)
     p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
                    help="scaled by max(1, max|ref|) per output")
+    add_recipe_arg(p)
     p.set_defaults(run=run)
 
 
@@ -20,6 +22,7 @@ def run(args, progress) -> int:
     inputs = load_npz(args.inputs, "--inputs") if args.inputs else None
     expect = load_npz(args.expect, "--expect") if args.expect else None
     ws = open_session(args, progress)
+    recipe = apply_recipe(ws, args, progress)
     report = ws.verify(inputs=inputs, rtol=args.rtol, atol=args.atol, expect=expect)
     build_s = report.timings.get("build_s", 0.0)
     print(report.text())
@@ -30,5 +33,6 @@ def run(args, progress) -> int:
                                 "max_rel_err": o.max_rel_err, "match": o.match,
                                 "problem": o.problem} for o in report.outputs],
                    "rtol": report.rtol, "atol": report.atol, "build_s": round(build_s, 3),
-                   "timings": {k: round(v, 4) for k, v in report.timings.items()}})
+                   "timings": {k: round(v, 4) for k, v in report.timings.items()},
+                   **({"recipe": recipe} if recipe else {})})
     return 0 if report.match else 1
