@@ -1,8 +1,11 @@
 """A Session owns one model's SDFG and everything built from it."""
 import copy
+import json
 import time
 import uuid
+from dataclasses import dataclass
 
+import dace
 import numpy as np
 
 from workbench import analysis
@@ -11,6 +14,17 @@ from workbench.errors import BadInputError, TransformationError
 from workbench.progress import SILENT
 from workbench.reference import random_inputs, run_reference
 from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all
+
+
+@dataclass
+class _Step:
+    entry: dict       # what was applied (None for the import)
+    sdfg_json: str    # the SDFG after the step
+    weights: dict     # the weights after the step (replaced, never mutated)
+
+
+def _to_json(sdfg) -> str:
+    return json.dumps(sdfg.to_json(), sort_keys=True)
 
 
 class Session:
@@ -24,7 +38,11 @@ class Session:
         self.progress = progress
         self.id = uuid.uuid4().hex[:8]
         self.build_slot = build_slot or self.id
-        self.history = []  # one entry per applied transformation
+        # Step 0 is the import; each applied transformation adds one. A step
+        # keeps the SDFG's JSON (deepcopy would renew memlet GUIDs; a JSON
+        # round trip is exact), so undo restores the very same SDFG.
+        self._steps = [_Step(None, _to_json(self.sdfg), self.model.weights)]
+        self._position = 0
         self._operator_names = {}
         # FLOPs are the model's, whatever the schedule: counted once, at import.
         imported = analysis.onnx_nodes(imported.sdfg)
@@ -153,11 +171,46 @@ class Session:
                 f". The session is unchanged.") from e
         self.sdfg = trial
         after = self.data_movement().moved_bytes
-        self.history.append({"transformation": match.transformation, "level": t.level,
-                             "where": [list(w) for w in match.where],
-                             "description": match.description, "bytes_before": before,
-                             "bytes_after": after, "time": time.time()})
-        return self.history[-1]
+        entry = {"transformation": match.transformation, "level": t.level,
+                 "where": [list(w) for w in match.where], "description": match.description,
+                 "options": [list(o) for o in match.options], "expr_index": match.expr_index,
+                 "bytes_before": before, "bytes_after": after, "time": time.time()}
+        del self._steps[self._position + 1:]  # a new step drops what could be redone
+        self._steps.append(_Step(entry, _to_json(trial), self.model.weights))
+        self._position += 1
+        return entry
+
+    # -- history -------------------------------------------------------------
+    @property
+    def history(self) -> list:
+        """The applied steps, oldest first (undone steps are not included)."""
+        return [step.entry for step in self._steps[1:self._position + 1]]
+
+    @property
+    def position(self) -> int:
+        """Index of the current step (0: as imported)."""
+        return self._position
+
+    @property
+    def steps(self) -> list:
+        """Every step entry including undone ones that ``redo`` can bring back."""
+        return [step.entry for step in self._steps[1:]]
+
+    def undo(self) -> bool:
+        """Go back one step; False when already at the import."""
+        return self._position > 0 and self.goto(self._position - 1)
+
+    def redo(self) -> bool:
+        return self._position < len(self._steps) - 1 and self.goto(self._position + 1)
+
+    def goto(self, step: int) -> bool:
+        """Restore the SDFG (and weights) exactly as they were after ``step``."""
+        if not 0 <= step < len(self._steps):
+            raise BadInputError(f"step {step} does not exist (0..{len(self._steps) - 1})")
+        self._position = step
+        self.sdfg = dace.SDFG.from_json(json.loads(self._steps[step].sdfg_json))
+        self.model.weights = self._steps[step].weights
+        return True
 
     def optimize(self, recipe) -> list:
         """Apply a recipe (name, path or steps); returns the history entries added."""

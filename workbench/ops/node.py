@@ -25,6 +25,9 @@ def _expansion(impl_name: str):
             return registry.expand(node, state, sdfg, impl_name)
 
     _Expand.__name__ = _Expand.__qualname__ = f"OnnxExpand_{impl_name}"
+    # A module attribute, so that SDFG files that record the expansion
+    # (transformation history) find the class by its path when loaded.
+    globals()[_Expand.__name__] = _Expand
     return dace.library.expansion(_Expand)
 
 
