@@ -50,6 +50,9 @@ class Session:
         self._imported_flops = {n.onnx_name: analysis.node_flops(n, st) for n, st in imported}
         self._build = None
         self._built_json = None
+        self._timed_build = None
+        self._timed_key = None
+        self.profiles = []  # every profile taken, with its history position
 
     @property
     def name(self) -> str:
@@ -78,6 +81,13 @@ class Session:
     def run(self, inputs: dict) -> dict:
         """Run the built program; ``inputs`` and the result are keyed by ONNX names."""
         build = self.build()
+        args, results = self._call_args(build, inputs)
+        build.compiled(**args)
+        return {info.onnx_name: results[info.onnx_name].reshape(info.shape)
+                for info in self.outputs}
+
+    def _call_args(self, build, inputs: dict):
+        """Keyword arguments for ``build.compiled`` and the output arrays in them."""
         args = dict(self.model.weights)
         args.update(self._input_arrays(inputs))
         results = {}
@@ -85,9 +95,53 @@ class Session:
             results[info.onnx_name] = np.zeros(build.sdfg.arrays[info.sdfg_name].shape,
                                                dtype=info.dtype)
             args[info.sdfg_name] = results[info.onnx_name]
-        build.compiled(**args)
-        return {name: arr.reshape(info.shape)
-                for info, (name, arr) in zip(self.outputs, results.items())}
+        return args, results
+
+    def profile(self, repeat: int = 20, warmup: int = 3, reference: bool = True,
+                threads: int = None, inputs: dict = None):
+        """Median runtimes of the current program, per ONNX operator too.
+
+        Uses ``threads`` (default 2, or $WORKBENCH_THREADS) for OpenMP, BLAS
+        and the onnxruntime reference alike. The result is also appended to
+        ``profiles`` with the current history position.
+        """
+        from workbench import profile as prof
+        threads = threads or prof.DEFAULT_THREADS
+        prof.set_threads(threads)
+        inputs = self.random_inputs() if inputs is None else inputs
+        build = self.build()
+        args, _ = self._call_args(build, inputs)
+        with self.progress.phase(f"time {repeat} runs"):
+            samples = prof.time_calls(lambda: build.compiled(**args), repeat, warmup)
+        timed = self._instrumented_build()
+        timed.sdfg.clear_instrumentation_reports()
+        args, _ = self._call_args(timed, inputs)
+        with self.progress.phase("per-operator timers"):
+            for _ in range(max(3, min(repeat, 10))):
+                timed.compiled(**args)
+            per_op, per_kernel = prof.kernel_times(timed, self.operator_names())
+        ref = None
+        if reference:
+            with self.progress.phase("time onnxruntime"):
+                ref = prof.median(prof.reference_times(self.model.reference_model,
+                                                       self._reference_feeds(inputs), repeat,
+                                                       warmup, threads))
+        result = prof.Profile(self.position, prof.median(samples), min(samples), max(samples),
+                              samples, per_op, per_kernel, ref, threads, repeat, warmup)
+        self.profiles.append(result)
+        return result
+
+    def _instrumented_build(self):
+        key = self._sdfg_key()
+        if self._timed_build is None or self._timed_key != key:
+            from workbench.profile import instrument
+            if self._timed_build is not None:
+                self._timed_build.compiled.finalize()
+            self._timed_build = None
+            expanded = compile_sdfg(self.sdfg, session_build_folder(self.build_slot + "-timers"),
+                                    "cpu", self.progress, instrument_with=instrument)
+            self._timed_build, self._timed_key = expanded, key
+        return self._timed_build
 
     def random_inputs(self, seed: int = 0) -> dict:
         return random_inputs(self.inputs, seed)

@@ -54,7 +54,7 @@ def session_build_folder(session_id: str) -> Path:
 
 
 def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SILENT,
-                 simplify: bool = True) -> Build:
+                 simplify: bool = True, instrument_with=None) -> Build:
     """Expand, generate and compile ``sdfg`` (a copy) inside ``folder``.
 
     Rebuilding the same SDFG name in the same folder reuses CMake's
@@ -86,6 +86,8 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
             t = time.perf_counter()
             program.simplify()
             timings["simplify"] = time.perf_counter() - t
+    if instrument_with is not None:  # timers go on the final, simplified program
+        instrument_with(program)
     with progress.phase("generate code"):
         t = time.perf_counter()
         if target == "cpu":

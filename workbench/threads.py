@@ -1,0 +1,25 @@
+"""How many threads compiled programs (OpenMP) and BLAS use in this process.
+
+Benchmarks compare runtimes at the same thread count: the workbench's
+OpenMP maps and BLAS calls, and onnxruntime's intra-op pool, all get ``n``.
+"""
+import ctypes
+import ctypes.util
+import os
+
+DEFAULT_THREADS = int(os.environ.get("WORKBENCH_THREADS", "2"))
+
+
+def set_threads(n: int) -> None:
+    """Set OpenMP and (when loaded) OpenBLAS/MKL thread counts to ``n``."""
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    for lib, fn in (("gomp", "omp_set_num_threads"), ("openblas", "openblas_set_num_threads"),
+                    ("blas", "openblas_set_num_threads"), ("mkl_rt", "MKL_Set_Num_Threads")):
+        path = ctypes.util.find_library(lib)
+        if not path:
+            continue
+        try:
+            func = getattr(ctypes.CDLL(path), fn)
+        except (OSError, AttributeError):
+            continue
+        func(ctypes.c_int(n))
