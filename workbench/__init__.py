@@ -10,7 +10,7 @@ from workbench.errors import (BadInputError, BuildError, CheckFailed, ModelLoadE
                               WorkbenchError)
 from workbench.progress import SILENT
 
-__all__ = ["open", "resolve_model", "Session", "WorkbenchError", "BadInputError", "CheckFailed",
+__all__ = ["open", "open_session", "resolve_model", "Session", "WorkbenchError", "BadInputError", "CheckFailed",
            "BuildError", "ModelLoadError", "UnknownModelError", "UnsupportedOpError",
            "UnsupportedCaseError"]
 
@@ -28,12 +28,20 @@ def resolve_model(path_or_name) -> Path:
                             f"are {', '.join(sdfg_models.names())}.")
 
 
-def open(model, input_shapes: dict = None, name: str = None, progress=SILENT):  # noqa: A001
+def open_session(folder, progress=SILENT):
+    """Reopen a session folder written by ``Session.save`` / ``open(..., session_dir=)``."""
+    from workbench.persist import open_session as _open_session
+    return _open_session(folder, progress)
+
+
+def open(model, input_shapes: dict = None, name: str = None, progress=SILENT,  # noqa: A001
+         session_dir=None):
     """Import a model and return a Session over it.
 
     ``model`` is a path to an .onnx file, a bundled model name (``"mlp"``,
     ``"bert-layer"``, ...) or an ``onnx.ModelProto``. ``input_shapes`` fixes
     symbolic dims: ``{"input": [1, 3, 224, 224]}`` or ``{"batch": 1}``.
+    With ``session_dir`` the session autosaves there after every step.
     """
     import onnx
     from workbench.importer import import_model
@@ -44,7 +52,12 @@ def open(model, input_shapes: dict = None, name: str = None, progress=SILENT):  
         source = resolve_model(model)
         name = name or (str(model) if str(model) in _bundled() else source.stem)
     imported = import_model(source, input_shapes=input_shapes, name=name, progress=progress)
-    return Session(imported, progress)
+    ws = Session(imported, progress)
+    if not isinstance(model, onnx.ModelProto):
+        ws.source = str(model) if str(model) in _bundled() else str(Path(source).resolve())
+    if session_dir is not None:
+        ws.save(session_dir)
+    return ws
 
 
 def _bundled():

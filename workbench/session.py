@@ -21,6 +21,7 @@ class _Step:
     entry: dict       # what was applied (None for the import)
     sdfg_json: str    # the SDFG after the step
     weights: dict     # the weights after the step (replaced, never mutated)
+    saved: bool = False  # written to the session folder
 
 
 def _to_json(sdfg) -> str:
@@ -53,6 +54,9 @@ class Session:
         self._timed_build = None
         self._timed_key = None
         self.profiles = []  # every profile taken, with its history position
+        self.folder = None  # a session folder to autosave into (see workbench.persist)
+        self.source = None  # what workbench.open was given (a bundled name or a path)
+        self.recovery_note = ""
 
     @property
     def name(self) -> str:
@@ -213,8 +217,10 @@ class Session:
         t = transform.get(match.transformation)
         before = self.data_movement().moved_bytes
         trial = copy.deepcopy(self.sdfg)
+        # A transformation that changes weights works on a copy of the dict.
+        weights = dict(self.model.weights) if t.needs_weights else self.model.weights
         try:
-            t.apply(trial, match)
+            transform.apply_match(t, trial, match, weights)
             trial.validate()
         except TransformationError:
             raise
@@ -224,6 +230,7 @@ class Session:
                 f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
                 f". The session is unchanged.") from e
         self.sdfg = trial
+        self.model.weights = weights
         after = self.data_movement().moved_bytes
         entry = {"transformation": match.transformation, "level": t.level,
                  "where": [list(w) for w in match.where], "description": match.description,
@@ -232,6 +239,7 @@ class Session:
         del self._steps[self._position + 1:]  # a new step drops what could be redone
         self._steps.append(_Step(entry, _to_json(trial), self.model.weights))
         self._position += 1
+        self._autosave()
         return entry
 
     # -- history -------------------------------------------------------------
@@ -264,7 +272,45 @@ class Session:
         self._position = step
         self.sdfg = dace.SDFG.from_json(json.loads(self._steps[step].sdfg_json))
         self.model.weights = self._steps[step].weights
+        self._autosave()
         return True
+
+    def recipe_steps(self) -> list:
+        """The applied steps as recipe steps (see workbench.recipe)."""
+        keys = ("transformation", "where", "options", "expr_index", "description")
+        return [{k: entry[k] for k in keys if k in entry} for entry in self.history]
+
+    def save_recipe(self, path) -> None:
+        """Write the applied steps as a recipe JSON that ``optimize`` replays."""
+        from workbench.recipe import save_recipe
+        save_recipe(path, f"{self.name}-steps", self.recipe_steps())
+
+    def save_script(self, path) -> None:
+        """Write the applied steps as a Python script using the public API."""
+        from workbench.persist import atomic_write
+        lines = [f'"""Replays {len(self.history)} workbench step(s) on {self.name}."""',
+                 "import workbench", "from workbench.transform import Match", "",
+                 f"ws = workbench.open({self.source or self.name!r}, "
+                 f"input_shapes={ {i.onnx_name: list(i.shape) for i in self.inputs}!r})"]
+        for step in self.recipe_steps():
+            where = tuple(tuple(w) for w in step["where"])
+            options = tuple(tuple(o) for o in step.get("options", ()))
+            lines.append(f"ws.apply(Match({step['transformation']!r}, {where!r}, "
+                         f"{step.get('description', '')!r}, {options!r}, "
+                         f"{step.get('expr_index', 0)!r}))")
+        lines += ["", 'if __name__ == "__main__":', "    print(ws.verify().text())", ""]
+        atomic_write(path, "\n".join(lines).encode())
+
+    def save(self, folder) -> None:
+        """Save to a session folder and keep autosaving there after every step."""
+        from workbench.persist import save_session
+        self.folder = folder
+        save_session(self, folder)
+
+    def _autosave(self):
+        if self.folder is not None:
+            from workbench.persist import save_session
+            save_session(self, self.folder)
 
     def optimize(self, recipe) -> list:
         """Apply a recipe (name, path or steps); returns the history entries added."""
@@ -297,7 +343,8 @@ class Session:
         from dataclasses import replace
         from workbench import transform
         try:
-            after = self.data_movement(transform.apply_to_copy(self.sdfg, match)).moved_bytes
+            trial = transform.apply_to_copy(self.sdfg, match, self.model.weights)
+            after = self.data_movement(trial).moved_bytes
         except Exception:
             return match
         return replace(match, delta_bytes=after - self.data_movement().moved_bytes)

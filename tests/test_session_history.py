@@ -1,0 +1,151 @@
+"""History, failed steps, recipes, scripts and session folders."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import workbench
+from workbench.errors import TransformationError
+from workbench.persist import canonical_json
+from workbench.transform import Match
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def exact(ws) -> str:
+    return json.dumps(ws.sdfg.to_json(), sort_keys=True)
+
+
+def first(ws, name):
+    return next(m for m in ws.transformations(predict=False) if m.transformation == name)
+
+
+@pytest.fixture
+def mlp():
+    return workbench.open("mlp")
+
+
+def test_undo_redo_goto_restore_identical_json(mlp):
+    j0 = exact(mlp)
+    mlp.apply(first(mlp, "ExpandToMaps"))
+    j1 = exact(mlp)
+    mlp.apply(first(mlp, "ChooseImplementation"))
+    j2 = exact(mlp)
+    assert len({j0, j1, j2}) == 3 and mlp.position == 2 and len(mlp.history) == 2
+    assert mlp.undo() and exact(mlp) == j1
+    assert mlp.undo() and exact(mlp) == j0 and mlp.history == []
+    assert not mlp.undo()
+    assert mlp.redo() and exact(mlp) == j1
+    mlp.goto(2)
+    assert exact(mlp) == j2
+    entry = mlp.history[0]
+    assert {"transformation", "where", "bytes_before", "bytes_after", "time"} <= set(entry)
+
+
+def test_new_step_after_undo_drops_the_redo_branch(mlp):
+    mlp.apply(first(mlp, "ExpandToMaps"))
+    mlp.undo()
+    mlp.apply(first(mlp, "ChooseImplementation"))
+    assert len(mlp.steps) == 1 and not mlp.redo()
+
+
+def test_failing_apply_leaves_the_session_identical(mlp):
+    j0 = exact(mlp)
+    gone = Match("ExpandToMaps", (("node", "main:op:/no/such/node#0"),), "expand nothing")
+    with pytest.raises(TransformationError, match="no longer exists"):
+        mlp.apply(gone)
+    assert exact(mlp) == j0 and mlp.history == []
+
+    class Broken(workbench.transform.Transformation):
+        level, name, description = "global", "BrokenForTest", "half-applies, then fails"
+
+        def find(self, sdfg):
+            return []
+
+        def apply(self, sdfg, match):
+            sdfg.arrays.clear()  # damage, then fail validation
+            raise RuntimeError("boom")
+
+    workbench.transform._REGISTRY["BrokenForTest"] = Broken()
+    try:
+        with pytest.raises(TransformationError, match="session is unchanged"):
+            mlp.apply(Match("BrokenForTest", ()))
+    finally:
+        del workbench.transform._REGISTRY["BrokenForTest"]
+    assert exact(mlp) == j0
+    assert mlp.verify().match
+
+
+def test_recipe_and_script_replay_the_same_sdfg(mlp, tmp_path):
+    mlp.apply(first(mlp, "ExpandToMaps"))
+    mlp.apply(first(mlp, "MapTiling"))
+    mlp.save_recipe(tmp_path / "steps.json")
+    mlp.save_script(tmp_path / "steps.py")
+    replay = workbench.open("mlp")
+    replay.optimize(tmp_path / "steps.json")
+    assert canonical_json(replay.sdfg) == canonical_json(mlp.sdfg)
+    namespace = {}
+    exec(compile((tmp_path / "steps.py").read_text(), "steps.py", "exec"), namespace)
+    assert canonical_json(namespace["ws"].sdfg) == canonical_json(mlp.sdfg)
+
+
+def test_recipe_naming_a_missing_node_stops_there(mlp, tmp_path):
+    mlp.apply(first(mlp, "ExpandToMaps"))
+    mlp.save_recipe(tmp_path / "r.json")
+    data = json.loads((tmp_path / "r.json").read_text())
+    data["steps"].append({"transformation": "ExpandToMaps", "where": [["node", "main:op:/gone#0"]]})
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    replay = workbench.open("mlp")
+    with pytest.raises(TransformationError, match="step 2.*gone"):
+        replay.optimize(tmp_path / "r.json")
+    assert len(replay.history) == 1  # the earlier step stays applied
+
+
+def test_session_folder_round_trip_and_corruption(tmp_path):
+    ws = workbench.open("mlp", session_dir=tmp_path / "s")
+    ws.apply(first(ws, "ExpandToMaps"))
+    ws.apply(first(ws, "ChooseImplementation"))
+    again = workbench.open_session(tmp_path / "s")
+    assert exact(again) == exact(ws) and len(again.history) == 2 and not again.recovery_note
+    (tmp_path / "s" / "steps" / "0002.sdfgz").write_bytes(b"not gzip")
+    damaged = workbench.open_session(tmp_path / "s")
+    assert damaged.position == 1 and "step 2" in damaged.recovery_note
+    with pytest.raises(workbench.BadInputError, match="not a session folder"):
+        workbench.open_session(tmp_path / "nothing")
+
+
+CHILD = r"""
+import os, sys, time
+import workbench, workbench.persist as persist
+folder, flag = sys.argv[1], sys.argv[2]
+ws = workbench.open("mlp", session_dir=folder)
+ws.apply(next(m for m in ws.transformations(predict=False) if m.transformation == "ExpandToMaps"))
+real = persist.atomic_write
+def slow(path, data):
+    open(flag, "w").close()          # the parent kills us now, mid-write
+    time.sleep(60)
+    real(path, data)
+persist.atomic_write = slow
+ws.apply(next(m for m in ws.transformations(predict=False) if m.transformation == "ChooseImplementation"))
+"""
+
+
+def test_kill_9_mid_step_reopens_at_the_last_completed_step(tmp_path):
+    folder, flag = tmp_path / "s", tmp_path / "writing"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(folder), str(flag)], env=env)
+    deadline = time.time() + 300
+    while not flag.exists() and child.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert flag.exists(), "the child never reached its second step"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    ws = workbench.open_session(folder)
+    assert ws.position == 1 and [h["transformation"] for h in ws.history] == ["ExpandToMaps"]
+    assert not ws.recovery_note
+    assert ws.verify().match
