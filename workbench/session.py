@@ -301,6 +301,12 @@ class Session:
         lines += ["", 'if __name__ == "__main__":', "    print(ws.verify().text())", ""]
         atomic_write(path, "\n".join(lines).encode())
 
+    def export(self, folder, target: str = "cpu") -> dict:
+        """Write a standalone program (see workbench.export); CPU exports are checked
+        against onnxruntime in a fresh process before this returns."""
+        from workbench.export import export_session
+        return export_session(self, folder, target)
+
     def save(self, folder) -> None:
         """Save to a session folder and keep autosaving there after every step."""
         from workbench.persist import save_session

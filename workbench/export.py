@@ -1,0 +1,98 @@
+"""Exporting a session as a program that runs without the workbench.
+
+The folder holds: program.sdfgz (the optimized, expanded SDFG: plain DaCe),
+session.sdfgz (the session's SDFG with its ONNX operators), recipe.json and
+script.py (the steps), src/ (generated sources), lib/ (the compiled library,
+CPU), weights.npz, program.json (argument order, shapes, dtypes), run.py (a
+numpy + ctypes runner), expected.npz (onnxruntime's outputs on the seeded
+inputs) and README.txt. CPU exports are run in a fresh process and compared
+with onnxruntime before ``export`` returns.
+"""
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from workbench.errors import BuildError, CheckFailed
+from workbench.persist import atomic_write
+from workbench.reference import run_reference
+
+SEED = 0
+
+
+def export_session(ws, folder, target: str = "cpu") -> dict:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    build = ws.build(target=target)
+    _write_json_gz(folder / "session.sdfgz", ws.sdfg.to_json())
+    _write_json_gz(folder / "program.sdfgz", build.sdfg.to_json())
+    ws.save_recipe(folder / "recipe.json")
+    ws.save_script(folder / "script.py")
+    if (folder / "src").exists():
+        shutil.rmtree(folder / "src")
+    shutil.copytree(build.folder / "src", folder / "src")
+    np.savez(folder / "weights.npz", **ws.model.weights)
+    readme = [f"{ws.name}: exported by DaCe Workbench ({len(ws.history)} transformation steps, "
+              f"target {target}).", ""]
+    result = {"folder": str(folder), "target": target}
+    if target == "cpu":
+        library = next(p for p in (build.folder / "build").glob(f"lib{build.sdfg.name}.so"))
+        (folder / "lib").mkdir(exist_ok=True)
+        shutil.copy2(library, folder / "lib" / library.name)
+        spec = _program_spec(ws, build, library.name)
+        atomic_write(folder / "program.json", json.dumps(spec, indent=1).encode())
+        shutil.copy2(Path(__file__).with_name("export_runner.py"), folder / "run.py")
+        inputs = ws.random_inputs(SEED)
+        reference, _ = run_reference(ws.model.reference_model, ws._reference_feeds(inputs))
+        np.savez(folder / "expected.npz", **reference)
+        readme += ["Run it (numpy is the only Python dependency; the library needs libgomp and",
+                   "the BLAS it was built with):", "",
+                   "    python run.py                       # seeded random inputs",
+                   "    python run.py --inputs in.npz --out out.npz",
+                   "    python run.py --check               # compare with expected.npz", "",
+                   "in.npz/out.npz are keyed by the model's ONNX input/output names: "
+                   + ", ".join(i.onnx_name for i in ws.inputs) + " / "
+                   + ", ".join(o.onnx_name for o in ws.outputs) + "."]
+        result["check"] = _check(folder)
+    else:
+        readme += ["GPU export: src/ holds the generated C++/CUDA sources (src/cpu, src/cuda)",
+                   "and program.sdfgz the SDFG; build them with DaCe on a machine with CUDA."]
+    readme += ["", "recipe.json / script.py replay the steps on the original model with the",
+               "workbench (python script.py)."]
+    atomic_write(folder / "README.txt", ("\n".join(readme) + "\n").encode())
+    return result
+
+
+def _program_spec(ws, build, library_name) -> dict:
+    roles = {i.sdfg_name: ("input", i) for i in ws.inputs}
+    roles.update({o.sdfg_name: ("output", o) for o in ws.outputs})
+    args = []
+    for name, desc in build.sdfg.arglist().items():
+        role, info = roles.get(name, ("weight", None))
+        if role == "weight" and name not in ws.model.weights:
+            raise BuildError(f"exported program takes '{name}', which is neither an input, an "
+                             f"output nor a weight; it cannot run standalone.")
+        args.append({"name": name, "role": role, "shape": [int(s) for s in desc.shape],
+                     "dtype": np.dtype(desc.dtype.as_numpy_dtype()).name,
+                     "onnx_name": info.onnx_name if info else name,
+                     "onnx_shape": list(info.shape) if info else None})
+    from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL
+    return {"name": build.sdfg.name, "library": library_name, "arguments": args,
+            "seed": SEED, "rtol": DEFAULT_RTOL, "atol": DEFAULT_ATOL}
+
+
+def _check(folder: Path) -> dict:
+    proc = subprocess.run([sys.executable, "run.py", "--check"], cwd=folder, capture_output=True,
+                          text=True, timeout=600)
+    if proc.returncode != 0:
+        raise CheckFailed(f"the exported program in '{folder}' does not match onnxruntime: "
+                          f"{(proc.stdout + proc.stderr).strip()[-500:]}")
+    return {"match": True, "output": proc.stdout.strip()}
+
+
+def _write_json_gz(path, obj) -> None:
+    atomic_write(path, gzip.compress(json.dumps(obj).encode(), compresslevel=5))

@@ -1,0 +1,102 @@
+"""Runs an exported workbench program with numpy only (copied as run.py).
+
+    python run.py                      seeded random inputs, prints output stats
+    python run.py --inputs in.npz --out out.npz
+    python run.py --check              compare with expected.npz (onnxruntime's
+                                       outputs on the seeded inputs, saved at export)
+
+The compiled library (lib/) takes its arguments in the order program.json
+lists them; weights come from weights.npz. Exit code 1 when --check fails.
+"""
+import argparse
+import ctypes
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+
+
+class Program:
+    def __init__(self, folder: Path = HERE):
+        self.spec = json.loads((folder / "program.json").read_text())
+        self.lib = ctypes.CDLL(str(folder / "lib" / self.spec["library"]))
+        name = self.spec["name"]
+        self._init = getattr(self.lib, f"__dace_init_{name}")
+        self._init.restype = ctypes.c_void_p
+        self._run = getattr(self.lib, f"__program_{name}")
+        self._exit = getattr(self.lib, f"__dace_exit_{name}")
+        with np.load(folder / "weights.npz", allow_pickle=False) as w:
+            self.weights = {k: np.ascontiguousarray(w[k]) for k in w.files}
+        self.state = ctypes.c_void_p(self._init())
+
+    def __call__(self, inputs: dict) -> dict:
+        outputs, pointers = {}, []
+        for arg in self.spec["arguments"]:
+            if arg["role"] == "weight":
+                array = self.weights[arg["name"]]
+            elif arg["role"] == "input":
+                array = np.ascontiguousarray(np.asarray(inputs[arg["onnx_name"]],
+                                                        dtype=arg["dtype"]).reshape(arg["shape"]))
+                inputs = {**inputs, arg["onnx_name"]: array}  # keep it alive for the call
+            else:
+                array = outputs[arg["onnx_name"]] = np.zeros(arg["shape"], dtype=arg["dtype"])
+            pointers.append(array.ctypes.data_as(ctypes.c_void_p))
+        self._run(self.state, *pointers)
+        return {a["onnx_name"]: outputs[a["onnx_name"]].reshape(a["onnx_shape"])
+                for a in self.spec["arguments"] if a["role"] == "output"}
+
+    def close(self):
+        self._exit(self.state)
+
+    def random_inputs(self, seed: int = 0) -> dict:
+        rng = np.random.default_rng(seed)
+        out = {}
+        for arg in self.spec["arguments"]:
+            if arg["role"] == "input":
+                dtype = np.dtype(arg["dtype"])
+                if dtype.kind == "f":
+                    value = rng.standard_normal(arg["onnx_shape"]).astype(dtype)
+                else:
+                    value = rng.integers(0, 2, arg["onnx_shape"]).astype(dtype)
+                out[arg["onnx_name"]] = value
+        return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inputs", help=".npz keyed by ONNX input names")
+    parser.add_argument("--out", help="write the outputs to this .npz")
+    parser.add_argument("--check", action="store_true", help="compare with expected.npz")
+    args = parser.parse_args(argv)
+    program = Program()
+    if args.inputs:
+        with np.load(args.inputs, allow_pickle=False) as data:
+            inputs = {k: data[k] for k in data.files}
+    else:
+        inputs = program.random_inputs(program.spec.get("seed", 0))
+    outputs = program(inputs)
+    program.close()
+    for name, value in outputs.items():
+        print(f"{name} {value.shape} mean {value.mean():.6g} std {value.std():.6g}")
+    if args.out:
+        np.savez(args.out, **outputs)
+    if args.check:
+        ok = True
+        rtol, atol = program.spec["rtol"], program.spec["atol"]
+        with np.load(HERE / "expected.npz", allow_pickle=False) as expected:
+            for name in expected.files:
+                ref, got = expected[name].astype(np.float64), outputs[name].astype(np.float64)
+                bound = rtol * np.abs(ref) + atol * max(1.0, float(np.abs(ref).max(initial=0)))
+                err = float(np.abs(got - ref).max(initial=0))
+                match = bool(np.all(np.abs(got - ref) <= bound))
+                ok &= match
+                print(f"check {name}: {'match' if match else 'MISMATCH'} (max abs err {err:.3g})")
+        return 0 if ok else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
