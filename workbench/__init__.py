@@ -10,7 +10,7 @@ from workbench.errors import (BadInputError, BuildError, CheckFailed, ModelLoadE
                               WorkbenchError)
 from workbench.progress import SILENT
 
-__all__ = ["open", "open_session", "resolve_model", "Session", "WorkbenchError", "BadInputError", "CheckFailed",
+__all__ = ["open", "open_session", "from_torch", "resolve_model", "Session", "WorkbenchError", "BadInputError", "CheckFailed",
            "BuildError", "ModelLoadError", "UnknownModelError", "UnsupportedOpError",
            "UnsupportedCaseError"]
 
@@ -26,6 +26,12 @@ def resolve_model(path_or_name) -> Path:
         return path
     raise UnknownModelError(f"'{text}' is neither a file nor a bundled model; bundled models "
                             f"are {', '.join(sdfg_models.names())}.")
+
+
+def from_torch(module, example_inputs, name: str = None, **kwargs):
+    """Export a torch.nn.Module to ONNX (opset 17, legacy exporter) and open it."""
+    from workbench.torch_frontend import from_torch as _from_torch
+    return _from_torch(module, example_inputs, name=name, **kwargs)
 
 
 def open_session(folder, progress=SILENT):
