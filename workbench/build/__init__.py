@@ -23,8 +23,8 @@ from dace.codegen import codegen, compiler
 
 from workbench.errors import BuildError, WorkbenchError
 from workbench.build import pch, reuse
-from workbench.build.settings import (apply_build_settings, cache_dir,  # noqa: F401
-                                      fast_build_enabled)
+from workbench.build.settings import (apply_build_settings, building_for,  # noqa: F401
+                                      cache_dir, fast_build_enabled)
 from workbench.build.storage import heap_for_large_transients
 from workbench.progress import SILENT
 
@@ -71,15 +71,16 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
         t = time.perf_counter()
         program = copy.deepcopy(sdfg)
         program.build_folder = str(Path(folder) / program.name)
+        if target == "gpu":  # before expansion, so operators expand for the GPU
+            program.apply_gpu_transformations()
         try:
-            program.expand_library_nodes(recursive=True)
+            with building_for(target):
+                program.expand_library_nodes(recursive=True)
         except WorkbenchError:
             raise  # typed already (an unsupported case names its node)
         except Exception as e:
             raise BuildError(f"expanding the operators of '{program.name}' failed: "
                              f"{type(e).__name__}: {_first_line(str(e))}") from e
-        if target == "gpu":
-            program.apply_gpu_transformations()
         timings["expand"] = time.perf_counter() - t
     if simplify:
         with progress.phase("simplify"):

@@ -6,6 +6,7 @@ variable still beats everything here (DaCe reads those first), which is why
 the precompiled header derives its flags from ``Config.get`` at build time
 rather than from the values set below.
 """
+import contextlib
 import os
 import shlex
 import shutil
@@ -91,13 +92,29 @@ def cpu_args(base: str) -> str:
     return shlex.join(args)
 
 
+_target = ["cpu"]  # what the build in progress generates code for
+
+
+@contextlib.contextmanager
+def building_for(target: str):
+    """Expansions made inside pick the target's libraries (cuBLAS on GPU)."""
+    _target.append(target)
+    try:
+        yield
+    finally:
+        _target.pop()
+
+
 def blas_implementation():
     """DaCe's BLAS implementation name to use, or None when none is usable.
 
-    OpenBLAS (Debian's libopenblas-dev) is faster on the machines measured;
-    MKL is the fallback for users without root (pip mkl + MKLROOT).
-    ``WORKBENCH_BLAS`` forces one (``OpenBLAS``, ``MKL`` or ``none``).
+    On the GPU it is cuBLAS. On the CPU, OpenBLAS (Debian's libopenblas-dev)
+    is faster on the machines measured; MKL is the fallback for users without
+    root (pip mkl + MKLROOT). ``WORKBENCH_BLAS`` forces one (``OpenBLAS``,
+    ``MKL`` or ``none``) for CPU builds.
     """
+    if _target[-1] == "gpu":
+        return "cuBLAS"
     forced = os.environ.get("WORKBENCH_BLAS")
     if forced:
         return None if forced.lower() == "none" else forced
