@@ -1,0 +1,114 @@
+"""Benchmarks: the workbench's program against onnxruntime (and PyTorch), interleaved.
+
+Each round times one call of every contender in turn (A B C A B C ...), so
+drift on a shared machine hits all of them alike; all use the same thread
+count. Medians decide; min and max show the spread.
+"""
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from workbench.errors import BadInputError
+from workbench.threads import set_threads
+
+BASELINES = ("onnxruntime", "torch")
+
+
+@dataclass
+class BenchResult:
+    model: str
+    recipe: str
+    repeat: int
+    threads: int
+    samples_ms: dict = field(default_factory=dict)   # contender -> list of ms
+
+    def median(self, who) -> float:
+        return float(np.median(self.samples_ms[who]))
+
+    def to_dict(self) -> dict:
+        baselines = {k: round(self.median(k), 4) for k in self.samples_ms if k != "workbench"}
+        ort = baselines.get("onnxruntime")
+        return {"model": self.model, "recipe": self.recipe,
+                "workbench_ms": round(self.median("workbench"), 4), "baselines": baselines,
+                "ratio_vs_onnxruntime": round(self.median("workbench") / ort, 4) if ort else None,
+                "repeat": self.repeat, "threads": self.threads,
+                "min_ms": {k: round(min(v), 4) for k, v in self.samples_ms.items()},
+                "max_ms": {k: round(max(v), 4) for k, v in self.samples_ms.items()}}
+
+
+def contenders(ws, baselines, threads: int, inputs: dict) -> dict:
+    """name -> zero-argument callable running one inference."""
+    build = ws.build()
+    args, _ = ws._call_args(build, inputs)
+    runners = {"workbench": lambda: build.compiled(**args)}
+    feeds = ws._reference_feeds(inputs)
+    for name in baselines:
+        if name == "onnxruntime":
+            import onnxruntime as ort
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+            sess = ort.InferenceSession(ws.model.reference_model.SerializeToString(), opts,
+                                        providers=["CPUExecutionProvider"])
+            runners[name] = lambda s=sess: s.run(None, feeds)
+        elif name == "torch":
+            runners[name] = _torch_runner(ws, feeds, threads)
+        else:
+            raise BadInputError(f"unknown baseline '{name}'; choose from {', '.join(BASELINES)}.")
+    return runners
+
+
+def _torch_runner(ws, feeds, threads):
+    try:
+        import torch
+        from onnx2torch import convert
+    except ImportError:
+        raise BadInputError("the torch baseline needs torch and onnx2torch "
+                            "(pip install torch==2.13.0 onnx2torch).") from None
+    torch.set_num_threads(threads)
+    module = convert(ws.model.reference_model).eval()
+    tensors = [torch.from_numpy(np.ascontiguousarray(feeds[i.onnx_name])) for i in ws.inputs]
+
+    def run():
+        with torch.no_grad():
+            module(*tensors)
+    return run
+
+
+def bench(ws, baselines=("onnxruntime",), repeat: int = 30, warmup: int = 5, threads: int = 2,
+          recipe: str = "", progress=None) -> BenchResult:
+    set_threads(threads)
+    runners = contenders(ws, baselines, threads, ws.random_inputs())
+    for run in runners.values():
+        for _ in range(warmup):
+            run()
+    result = BenchResult(ws.name, recipe or "none", repeat, threads, {k: [] for k in runners})
+    for _ in range(repeat):
+        for name, run in runners.items():
+            t = time.perf_counter()
+            run()
+            result.samples_ms[name].append((time.perf_counter() - t) * 1e3)
+    return result
+
+
+def plot(result: BenchResult, per_operator: dict, path) -> None:
+    """Per-operator workbench times and the totals of every contender, as a PNG."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ops = sorted(per_operator.items(), key=lambda kv: -kv[1])[:25]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 6), gridspec_kw={"width_ratios": [3, 1]})
+    left.barh([k for k, _ in ops][::-1], [v for _, v in ops][::-1], color="#4472c4")
+    left.set_xlabel("median ms (instrumented build)")
+    left.set_title(f"{result.model}: time per operator (top {len(ops)})")
+    left.tick_params(axis="y", labelsize=7)
+    names = list(result.samples_ms)
+    right.bar(names, [result.median(n) for n in names],
+              yerr=[[result.median(n) - min(result.samples_ms[n]) for n in names],
+                    [max(result.samples_ms[n]) - result.median(n) for n in names]],
+              color=["#4472c4", "#ed7d31", "#70ad47"][:len(names)], capsize=4)
+    right.set_ylabel("median ms per inference (min-max)")
+    right.set_title(f"total, {result.threads} threads, recipe {result.recipe}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
