@@ -37,6 +37,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev]"
+	if command -v nvcc >/dev/null; then $(PY) -m pip install -q -e ".[dev,gpu]"; fi
 	touch $(STAMP)
 
 clean:

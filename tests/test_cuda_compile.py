@@ -9,6 +9,7 @@ import warnings
 import pytest
 
 import workbench
+from workbench.analysis import onnx_nodes
 from workbench.build import compile_sdfg, session_build_folder
 
 if not shutil.which("nvcc"):
@@ -26,7 +27,7 @@ def test_generates_and_compiles_cuda(model):
         build = compile_sdfg(ws.sdfg, session_build_folder(f"{ws.build_slot}-gpu"), target="gpu")
     cuda_sources = list((build.folder / "src" / "cuda").glob("*.cu"))
     assert cuda_sources and "__global__" in cuda_sources[0].read_text()
-    if any(n.op_type in ("MatMul", "Gemm") for n, _ in workbench.analysis.onnx_nodes(ws.sdfg)):
+    if any(n.op_type in ("MatMul", "Gemm") for n, _ in onnx_nodes(ws.sdfg)):
         assert "cublas" in cuda_sources[0].read_text().lower()
     library = compile_cuda(build)
     assert library.is_file() and library.stat().st_size > 0

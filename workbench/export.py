@@ -59,8 +59,13 @@ def export_session(ws, folder, target: str = "cpu") -> dict:
                    + ", ".join(o.onnx_name for o in ws.outputs) + "."]
         result["check"] = _check(folder)
     else:
-        readme += ["GPU export: src/ holds the generated C++/CUDA sources (src/cpu, src/cuda)",
-                   "and program.sdfgz the SDFG; build them with DaCe on a machine with CUDA."]
+        from workbench.build.cuda import compile_cuda
+        library = compile_cuda(build)
+        (folder / "lib").mkdir(exist_ok=True)
+        shutil.copy2(library, folder / "lib" / library.name)
+        readme += ["GPU export: src/ holds the generated C++/CUDA sources (src/cpu, src/cuda),",
+                   f"lib/{library.name} the library compiled for CUDA, program.sdfgz the SDFG.",
+                   "It was compiled, not run, unless a GPU was at hand (see the README)."]
     readme += ["", "recipe.json / script.py replay the steps on the original model with the",
                "workbench (python script.py)."]
     atomic_write(folder / "README.txt", ("\n".join(readme) + "\n").encode())
