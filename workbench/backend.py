@@ -54,11 +54,8 @@ class WorkbenchRep(BackendRep):
         model = onnx.ModelProto()
         model.CopyFrom(self.model)
         small = {k: v for k, v in feeds.items() if v.size <= BIND_MAX_ELEMENTS}
-        if small:
+        if small:  # kept in graph.input too: IR < 4 requires initializers to be inputs
             model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in small.items())
-            keep = [i for i in model.graph.input if i.name not in small]
-            del model.graph.input[:]
-            model.graph.input.extend(keep)
         shapes = {k: list(v.shape) for k, v in feeds.items() if k not in small}
         imported = import_model(model, input_shapes=shapes, name="case", fold=False)
         return Session(imported, build_slot=self.build_slot)

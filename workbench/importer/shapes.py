@@ -42,7 +42,7 @@ def fix_input_shapes(model: onnx.ModelProto, given: dict = None) -> onnx.ModelPr
                 tt.shape.dim.add().dim_value = d
             continue
         for i, dim in enumerate(tt.shape.dim):
-            if dim.HasField("dim_value") and dim.dim_value > 0:
+            if dim.HasField("dim_value") and dim.dim_value >= 0:  # 0 is a real (empty) size
                 continue
             sym = dim.dim_param if dim.HasField("dim_param") else ""
             if sym and sym in given:

@@ -27,6 +27,8 @@ _RESERVED = set(keyword.kwlist) | {
     "round", "sign", "mod", "default", "switch", "case", "template", "this",
     "operator", "signed", "unsigned", "long", "short", "void", "union", "register", "volatile",
     "static", "extern", "inline", "typename", "namespace", "using", "std", "dace", "__state",
+    # C++'s alternative operator spellings are keywords too.
+    "xor", "bitand", "bitor", "compl", "and_eq", "or_eq", "xor_eq", "not_eq",
 }
 
 

@@ -1,14 +1,19 @@
-"""Element-wise operators, kept as data: op type -> tasklet expression.
+"""Element-wise arithmetic and activations, kept as data: op type -> tasklet expression.
 
 Expressions are Python tasklet code over ``x`` (unary), ``a``/``b``
 (binary) or ``v0..vN`` (variadic), written to ``y``; DaCe turns them into
-C++ or CUDA. ``{name}`` fields are filled from the node's attributes.
-Broadcasting is done once, in ``broadcast_map``: each op becomes a single
-map over the output, which the fusion transformations can merge.
+C++ or CUDA, so C arithmetic rules apply: integer ``/`` truncates toward
+zero and ``%`` takes the dividend's sign, as ONNX Div and Mod(fmod=1) want.
+``{name}`` fields are filled from the node's attributes. Broadcasting,
+dtypes and empty tensors are handled once, in ``broadcast_map``: each op
+becomes a single map over the output, which the fusion transformations can
+merge. Comparisons, logic and casts live in ``logic.py`` and ``cast.py``.
 """
 import dace
 
 from workbench.ops.registry import implements, mapped_tasklet
+
+_SOFTPLUS = "(x + log1p(exp(-x)) if x > 0 else log1p(exp(x)))"  # no overflow for large |x|
 
 UNARY = {
     "Relu": "max(x, 0)",
@@ -20,36 +25,74 @@ UNARY = {
     "Sqrt": "sqrt(x)",
     "Neg": "-x",
     "Abs": "abs(x)",
+    "Sign": "sign(x)",
     "Reciprocal": "1 / x",
     "Floor": "floor(x)",
     "Ceil": "ceil(x)",
-    "Sin": "sin(x)",
-    "Cos": "cos(x)",
-    "Softplus": "log(1 + exp(x))",
+    "Round": "nearbyint(x)",  # the default rounding mode: half to even
+    "Sin": "sin(x)", "Cos": "cos(x)", "Tan": "tan(x)",
+    "Asin": "asin(x)", "Acos": "acos(x)", "Atan": "atan(x)",
+    "Sinh": "sinh(x)", "Cosh": "cosh(x)",
+    "Asinh": "asinh(x)", "Acosh": "acosh(x)", "Atanh": "atanh(x)",
+    "Softplus": _SOFTPLUS,
+    "Softsign": "x / (1 + abs(x))",
+    "Mish": f"x * tanh({_SOFTPLUS})",
     "LeakyRelu": "x if x >= 0 else {alpha} * x",
+    "ThresholdedRelu": "x if x > {alpha} else 0",
     "Elu": "x if x >= 0 else {alpha} * (exp(x) - 1)",
+    "Celu": "max(0, x) + min(0, {alpha} * (exp(x / {alpha}) - 1))",
     "Selu": "{gamma} * (x if x > 0 else {alpha} * (exp(x) - 1))",
     "HardSigmoid": "max(0, min(1, {alpha} * x + {beta}))",
     "HardSwish": "x * max(0, min(1, x / 6 + 0.5))",
+    "Shrink": "x + {bias} if x < -{lambd} else (x - {bias} if x > {lambd} else 0)",
 }
 
+# The output has the first input's type (Pow: the base's, whatever the exponent's).
 BINARY = {
     "Add": "a + b",
     "Sub": "a - b",
     "Mul": "a * b",
     "Div": "a / b",
     "Pow": "pow(a, b)",
+    "PRelu": "a if a >= 0 else b * a",
 }
 
+# Joined left to right over v0..vN.
 VARIADIC = {
     "Sum": " + ",
     "Max": "max",
     "Min": "min",
 }
 
+GELU = {
+    "none": "0.5 * x * (1 + erf(x * 0.7071067811865476))",  # 1/sqrt(2)
+    "tanh": "0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))",  # sqrt(2/pi)
+}
 
-def broadcast_map(call, code: str, names: list, out_name: str = "y") -> dace.SDFG:
-    """One SDFG with one map over the output; ``names`` bind the inputs in order."""
+# Mod: the result takes the divisor's sign (fmod=0) or the dividend's (fmod=1).
+# ``r`` is C's remainder (``REMAINDER``), which already has the dividend's sign.
+MOD = {
+    ("int", 0): "r + b if r != 0 and (r < 0) != (b < 0) else r",
+    ("int", 1): "r",
+    ("unsigned", 0): "r",
+    ("unsigned", 1): "r",
+    ("float", 0): "copysign(0.0, b) if r == 0 else (r + b if (r < 0) != (b < 0) else r)",
+    ("float", 1): "r",
+}
+REMAINDER = {"int": "a % b", "unsigned": "a % b", "float": "fmod(a, b)"}
+
+
+def broadcast_map(call, code: str, names: list, out_name: str = "y", let: dict = None) -> dace.SDFG:
+    """One SDFG with one map over the output computing ``out_name = code``.
+
+    ``names`` bind the present inputs in order (an input left unnamed is
+    only carried, e.g. CastLike's target); ``let`` gives local values the
+    expression reads, computed first.
+    """
+    for conn, desc in {**call.inputs, **call.outputs}.items():
+        if desc.dtype == dace.float16:
+            # dace::half on CPU converts to and from float by value, not bits.
+            raise call.fail(f"float16 tensor '{conn}': DaCe 1.0.2's CPU half type is not usable")
     sdfg = dace.SDFG("elementwise")
     state = sdfg.add_state()
     conns_in = [c for c in call.node.onnx_inputs if c]
@@ -58,13 +101,16 @@ def broadcast_map(call, code: str, names: list, out_name: str = "y") -> dace.SDF
         desc = call._desc(conn)
         sdfg.add_array(conn, desc.shape, desc.dtype)
     out_shape = call.shape(conn_out)
+    if 0 in out_shape:
+        return sdfg  # nothing to compute; a map over an empty range is invalid
     params = [f"i{k}" for k in range(len(out_shape))]
     ranges = {p: f"0:{n}" for p, n in zip(params, out_shape)}
     memlets_in = {}
     for name, conn in zip(names, conns_in):
         memlets_in[name] = dace.Memlet(f"{conn}[{_index(call.shape(conn), out_shape, params)}]")
-    mapped_tasklet(state, call.op_type, ranges, memlets_in, f"{out_name} = {code}",
-                             {out_name: dace.Memlet(f"{conn_out}[{', '.join(params)}]")})
+    lines = [f"{k} = {v}" for k, v in (let or {}).items()] + [f"{out_name} = {code}"]
+    mapped_tasklet(state, call.op_type, ranges, memlets_in, "\n".join(lines),
+                   {out_name: dace.Memlet(f"{conn_out}[{', '.join(params)}]")})
     return sdfg
 
 
@@ -76,6 +122,14 @@ def _index(shape, out_shape, params) -> str:
         out_n = out_shape[offset + k] if offset + k >= 0 else 1
         idx.append("0" if n == 1 and out_n != 1 else params[offset + k])
     return ", ".join(idx) or "0"
+
+
+def type_kind(dtype) -> str:
+    """'float', 'int' (signed), 'unsigned' or 'bool' for a dace type."""
+    if dtype == dace.bool_:
+        return "bool"
+    kind = dtype.as_numpy_dtype().kind
+    return {"f": "float", "i": "int", "u": "unsigned"}[kind]
 
 
 def _register_unary(op_type, template):
@@ -94,13 +148,16 @@ def _register_variadic(op_type, joiner):
     @implements(op_type)
     def impl(call):
         names = [f"v{k}" for k in range(len(call.inputs))]
-        if joiner.strip() == "+":
-            code = joiner.join(names)
-        else:
-            code = names[0]
-            for n in names[1:]:
-                code = f"{joiner}({code}, {n})"
-        return broadcast_map(call, code, names)
+        return broadcast_map(call, _join(joiner, names), names)
+
+
+def _join(joiner: str, names: list) -> str:
+    if joiner.strip() == "+":
+        return joiner.join(names)
+    code = names[0]
+    for n in names[1:]:
+        code = f"{joiner}({code}, {n})"
+    return code
 
 
 for _op, _code in UNARY.items():
@@ -109,3 +166,44 @@ for _op, _code in BINARY.items():
     _register_binary(_op, _code)
 for _op, _code in VARIADIC.items():
     _register_variadic(_op, _code)
+
+
+@implements("Mean")
+def mean(call):
+    names = [f"v{k}" for k in range(len(call.inputs))]
+    return broadcast_map(call, f"({_join(' + ', names)}) / {len(names)}", names)
+
+
+@implements("Gelu")
+def gelu(call):
+    approximate = call.attr("approximate", "none")
+    if approximate not in GELU:
+        raise call.fail(f"approximate={approximate!r} is neither 'none' nor 'tanh'")
+    return broadcast_map(call, GELU[approximate], ["x"])
+
+
+@implements("Mod")
+def mod(call):
+    kind = type_kind(call.dtype(call.input(0)))
+    return broadcast_map(call, MOD[(kind, int(call.attr("fmod", 0)))], ["a", "b"],
+                         let={"r": REMAINDER[kind]})
+
+
+@implements("Clip")
+def clip(call):
+    """min(max(x, lo), hi), except that NaN stays NaN and hi wins when lo > hi."""
+    if call.node.opset < 11:  # bounds are attributes
+        bounds = {"lo": repr(float(call.attr("min"))), "hi": repr(float(call.attr("max")))}
+        names = ["x"]
+    else:  # bounds are optional inputs
+        bounds = {n: n for n, i in (("lo", 1), ("hi", 2)) if call.input(i)}
+        names = ["x"] + list(bounds)
+    lo, hi = bounds.get("lo"), bounds.get("hi")
+    code = "x"
+    if lo:
+        code = f"{lo} if x < {lo} else {code}"
+    if hi:
+        code = f"{hi} if x > {hi} else ({code})"
+    if lo and hi:
+        code = f"{hi} if {lo} > {hi} else ({code})"
+    return broadcast_map(call, code, names)

@@ -1,0 +1,75 @@
+"""ConvAsGemm: a 1x1 convolution is a GEMM on the NCHW data as it lies.
+
+Rules:
+1. Matches a Conv with a kernel of 1 in every spatial dim, strides 1, no
+   padding and one group (any batch, any number of spatial dims), whose
+   tensors are row-major.
+2. Per image n, Y[n] (M x P, P = H*W...) = W (M x C) @ X[n] (C x P) + bias:
+   NCHW data already is a row-major C x P matrix per image, so the Conv
+   becomes a MatMulStrided reading X, W and the bias in place (the bias
+   broadcast along P with stride 0). No im2col matrix, no copy.
+3. The product runs on BLAS (one GEMM per image) when a BLAS library is
+   found, else as the pure strided product.
+"""
+import math
+
+from transforms.graph import ident, onnx_ops
+from transforms.layout.strided import implementation_for, strided_node
+from transforms.layout.views import data_input, data_output, plain_array
+from workbench import nodeid
+from workbench.errors import TransformationError
+from workbench.transform import Transformation, register
+
+
+def pointwise(sdfg, state, node) -> bool:
+    x, w, y = data_input(state, node, 0), data_input(state, node, 1), data_output(state, node)
+    if x is None or w is None or y is None or state.out_degree(node) != 1:
+        return False
+    if not all(plain_array(sdfg, a) for a in (x, w, y)):
+        return False
+    b = data_input(state, node, 2)
+    if b is not None and not plain_array(sdfg, b):
+        return False
+    wshape = sdfg.arrays[w.data].shape
+    spatial = len(wshape) - 2
+    attrs = node.attrs
+    return (spatial >= 1 and all(k == 1 for k in wshape[2:])
+            and list(attrs.get("kernel_shape") or [1] * spatial) == [1] * spatial
+            and all(s == 1 for s in attrs.get("strides") or [1])
+            and all(p == 0 for p in attrs.get("pads") or [0])
+            and attrs.get("group", 1) == 1)
+
+
+def gemm_views(sdfg, state, node) -> dict:
+    """Per image: A = W as (M, C), B = X[n] as (C, P), Y[n] as (M, P), bias along M."""
+    n, c, *spatial = sdfg.arrays[data_input(state, node, 0).data].shape
+    m = sdfg.arrays[data_output(state, node).data].shape[1]
+    p = math.prod(spatial)
+    views = {"a": ((n, m, c), (0, c, 1)), "b": ((n, c, p), (c * p, p, 1)),
+             "y": ((n, m, p), (m * p, p, 1))}
+    if data_input(state, node, 2) is not None:
+        views["c"] = ((n, m, p), (0, 1, 0))
+    return views
+
+
+@register
+class ConvAsGemm(Transformation):
+    level = "layout"
+    name = "ConvAsGemm"
+    description = "Run a 1x1 Conv as a GEMM on the NCHW data in place (BLAS, no im2col copy)"
+
+    def find(self, sdfg):
+        return [self.match({"node": ident(sdfg, state, node)}, f"{node.onnx_name} as a GEMM")
+                for state, node in onnx_ops(sdfg, {"Conv"}) if pointwise(sdfg, state, node)]
+
+    def apply(self, sdfg, match):
+        _, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
+        node = roles["node"]
+        if not pointwise(sdfg, state, node):
+            raise TransformationError(f"{node.onnx_name} is no longer a 1x1 Conv")
+        views = gemm_views(sdfg, state, node)
+        arrays = {"a": data_input(state, node, 1), "b": data_input(state, node, 0),
+                  "y": data_output(state, node)}
+        if "c" in views:
+            arrays["c"] = data_input(state, node, 2)
+        strided_node(sdfg, state, node, views, arrays, implementation_for("blas"))

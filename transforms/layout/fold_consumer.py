@@ -1,0 +1,63 @@
+"""FoldTransposeIntoConsumer: element-wise readers read a transpose's input in place.
+
+Rules:
+1. Matches a Transpose whose output is a transient written only there and
+   read only by element-wise operators (any number of them; the table
+   below: each indexes its inputs by their own shape, so strides carry
+   through to its implementation).
+2. Its input is row-major (an array or a contiguous View).
+3. The output becomes a View of the input with permuted strides: readers
+   index the input's memory through the permutation; nothing is copied.
+A strided read is slower per element than a contiguous one, but it
+replaces a full read-and-write pass over the tensor.
+"""
+from transforms.graph import ident, onnx_ops
+from transforms.layout.views import (data_input, data_output, drop_node, make_view, owned_here,
+                                     plain_array, row_major)
+from workbench import nodeid
+from workbench.errors import TransformationError
+from workbench.ops.elementwise import BINARY, UNARY, VARIADIC
+from workbench.ops.node import OnnxOp
+from workbench.transform import Transformation, register
+
+ELEMENTWISE = set(UNARY) | set(BINARY) | set(VARIADIC) | {"Mean", "Gelu", "Mod", "Clip"}
+
+
+def foldable(sdfg, state, node) -> bool:
+    src, dst = data_input(state, node), data_output(state, node)
+    if src is None or dst is None or not plain_array(sdfg, src):
+        return False
+    if not owned_here(sdfg, state, dst) or state.in_degree(dst) != 1 or not state.out_degree(dst):
+        return False
+    return all(isinstance(e.dst, OnnxOp) and e.dst.op_type in ELEMENTWISE
+               for e in state.out_edges(dst))
+
+
+def permuted_strides(sdfg, node, src) -> tuple:
+    """Output dim i walks input dim perm[i]."""
+    shape = sdfg.arrays[src.data].shape
+    perm = node.attrs.get("perm") or list(range(len(shape)))[::-1]
+    rm = row_major(shape)
+    return tuple(rm[p] for p in perm)
+
+
+@register
+class FoldTransposeIntoConsumer(Transformation):
+    level = "layout"
+    name = "FoldTransposeIntoConsumer"
+    description = "Let element-wise readers of a Transpose read its input through strides (no copy)"
+
+    def find(self, sdfg):
+        return [self.match({"node": ident(sdfg, state, node)},
+                           f"read {node.onnx_name}'s input through permuted strides")
+                for state, node in onnx_ops(sdfg, {"Transpose"}) if foldable(sdfg, state, node)]
+
+    def apply(self, sdfg, match):
+        _, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
+        node = roles["node"]
+        if not foldable(sdfg, state, node):
+            raise TransformationError(f"{node.onnx_name} can no longer be read in place")
+        src, dst = data_input(state, node), data_output(state, node)
+        strides = permuted_strides(sdfg, node, src)
+        drop_node(sdfg, state, node, keep=(src, dst))
+        make_view(sdfg, state, dst, src, strides=strides)

@@ -1,0 +1,133 @@
+"""FoldTransposeIntoMatMul: a GEMM reads (or writes) a transposed tensor in place.
+
+Rules:
+1. Matches a Transpose between a MatMul (or MatMulStrided) and one of its
+   tensors: feeding A or B, or taking Y. The tensor between them is a
+   transient only these two nodes touch; the Transpose's other side is
+   row-major.
+2. The MatMul becomes a MatMulStrided (``workbench/ops/layout_ops.py``)
+   whose view of that operand is the Transpose's other side seen through
+   the permutation: strides, no copy. BERT's head split (Reshape +
+   Transpose(0, 2, 1, 3) or (0, 2, 3, 1) into the score and context
+   MatMuls) and head merge (Transpose(0, 2, 1, 3) + Reshape) fold this way.
+3. Only when one BLAS call per batch index still computes it (each matrix
+   has contiguous rows or columns): a strided pure GEMM would cost more
+   than the copy it saves.
+4. A Gemm's A or B fed by a Transpose flips transA / transB instead.
+"""
+import json
+
+from transforms.graph import ident, onnx_ops
+from transforms.layout.strided import (blas_friendly, implementation_for, node_views,
+                                       set_views, strided_node, through)
+from transforms.layout.views import (data_input, data_output, drop_array_if_unused, full,
+                                     owned_here, plain_array, producer, row_major)
+from workbench import nodeid
+from workbench.errors import TransformationError
+from workbench.ops.node import OnnxOp
+from workbench.transform import Transformation, register
+
+TARGETS = {"MatMul", "MatMulStrided", "Gemm"}
+
+
+def _perm(node, rank: int) -> list:
+    return list(node.attrs.get("perm") or range(rank)[::-1])
+
+
+def _transpose_in(sdfg, state, node, conn):
+    """(Transpose, its row-major input, the transposed transient) feeding ``conn``."""
+    t = next((e.src for e in state.in_edges(node) if e.dst_conn == conn), None)
+    if t is None or not owned_here(sdfg, state, t) or state.out_degree(t) != 1:
+        return None
+    tr = producer(state, t)
+    if tr is None or tr.op_type != "Transpose" or state.out_degree(tr) != 1:
+        return None
+    s = data_input(state, tr)
+    return (tr, s, t) if s is not None and plain_array(sdfg, s) else None
+
+
+def _transpose_out(sdfg, state, node):
+    """(Transpose, its row-major output, the product's transient) taking Y."""
+    y = data_output(state, node)
+    if y is None or not owned_here(sdfg, state, y) or state.out_degree(y) != 1:
+        return None
+    tr = state.out_edges(y)[0].dst
+    if not isinstance(tr, OnnxOp) or tr.op_type != "Transpose":
+        return None
+    z = data_output(state, tr)
+    reads = {e.src for e in state.in_edges(node)}
+    if z is None or state.in_degree(z) != 1 or not plain_array(sdfg, z) or z in reads:
+        return None
+    return tr, z, y
+
+
+def plan(sdfg, state, node, operand: str):
+    """(Transpose, outer access node, inner access node, new views) or None."""
+    if node.op_type == "Gemm":
+        found = None if operand == "Y" else _transpose_in(sdfg, state, node, operand)
+        return found + (None,) if found and _perm(found[0], 2) == [1, 0] else None
+    views = node_views(sdfg, state, node)
+    found = (_transpose_out(sdfg, state, node) if operand == "Y"
+             else _transpose_in(sdfg, state, node, operand))
+    if views is None or found is None:
+        return None
+    tr, outer, inner = found
+    outer_shape, inner_shape = sdfg.arrays[outer.data].shape, sdfg.arrays[inner.data].shape
+    perm, rm = _perm(tr, len(outer_shape)), row_major(outer_shape)
+    if operand == "Y":  # inner dim j lands on outer dim perm^-1[j]
+        where = [rm[perm.index(j)] for j in range(len(perm))]
+    else:  # inner dim i is outer dim perm[i]
+        where = [rm[perm[i]] for i in range(len(perm))]
+    key = operand.lower()
+    view = through(views[key], inner_shape, where)
+    if view is None:
+        return None
+    views = {**views, key: view}
+    return (tr, outer, inner, views) if blas_friendly(views) else None
+
+
+@register
+class FoldTransposeIntoMatMul(Transformation):
+    level = "layout"
+    name = "FoldTransposeIntoMatMul"
+    description = "Let a MatMul/Gemm read or write a transposed operand in place (strided BLAS)"
+
+    def find(self, sdfg):
+        matches = []
+        for state, node in onnx_ops(sdfg, TARGETS):
+            for operand in ("A", "B", "Y"):
+                found = plan(sdfg, state, node, operand)
+                if found:
+                    matches.append(self.match(
+                        {"node": ident(sdfg, state, node), "transpose": ident(sdfg, state, found[0])},
+                        f"fold {found[0].onnx_name} into {node.onnx_name} ({operand})",
+                        {"operand": operand}))
+        return matches
+
+    def apply(self, sdfg, match):
+        _, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
+        node, operand = roles["node"], match.options_dict()["operand"]
+        found = plan(sdfg, state, node, operand)
+        if found is None or found[0] is not roles["transpose"]:
+            raise TransformationError(f"{match.description} no longer applies")
+        tr, outer, inner, views = found
+        arrays = {e.dst_conn.lower(): e.src for e in state.in_edges(node)}
+        arrays["y"] = data_output(state, node)
+        arrays[operand.lower()] = outer
+        state.remove_node(tr)
+        state.remove_node(inner)
+        drop_array_if_unused(sdfg, inner.data)
+        if node.op_type == "MatMul":
+            strided_node(sdfg, state, node, views, arrays, implementation_for(node.implementation))
+            return
+        if node.op_type == "Gemm":
+            flag = "transA" if operand == "A" else "transB"
+            attrs = node.attrs
+            attrs[flag] = 0 if attrs.get(flag, 0) else 1
+            node.attrs_json = json.dumps(attrs, sort_keys=True)
+        else:
+            set_views(node, views)
+        if operand == "Y":
+            state.add_edge(node, "Y", outer, None, full(sdfg, outer.data))
+        else:
+            state.add_edge(outer, None, node, operand, full(sdfg, outer.data))

@@ -1,0 +1,97 @@
+"""WeightPrepack: a layout change of a weight is done once, at load time.
+
+Rules:
+1. Matches a Transpose, Reshape, Flatten, Squeeze, Unsqueeze or Identity
+   whose data input is a weight (a value in the session's weights that no
+   node writes) and whose output is a transient written only there; a
+   shape input, if any, is a weight too.
+2. The output becomes a weight holding the operator's result, computed now
+   with numpy (a transposed copy; a reshape only relabels the same bytes);
+   readers record it as a small constant where it is one, as the importer
+   does. The operator goes, and so do input weights nothing reads any more.
+Models imported with full constant folding have these folded already; this
+serves models imported without it (the ONNX backend) and weights left
+behind by other transformations. ConstantFolding (global level) is the
+general case for any operator; this one needs no ONNX evaluator.
+"""
+import json
+
+import dace
+import numpy as np
+
+from transforms.graph import access_nodes, ident, onnx_ops
+from transforms.layout.views import data_input, data_output, owned_here
+from workbench import nodeid
+from workbench.errors import TransformationError
+from workbench.importer.to_sdfg import MAX_RECORDED_CONST
+from workbench.transform import Transformation, register
+
+LAYOUT_OPS = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
+
+
+def _is_weight(sdfg, data: str, weights) -> bool:
+    return (data in weights and not sdfg.arrays[data].transient
+            and not any(s.in_degree(n) for s, n in access_nodes(sdfg, data)))
+
+
+def packable(sdfg, state, node, weights) -> bool:
+    src, dst = data_input(state, node), data_output(state, node)
+    if not weights or src is None or dst is None or len(state.out_edges(node)) != 1:
+        return False
+    if not all(_is_weight(sdfg, e.src.data, weights) for e in state.in_edges(node)):
+        return False
+    return owned_here(sdfg, state, dst) and state.in_degree(dst) == 1
+
+
+def packed_value(node, value, out_shape):
+    if node.op_type == "Transpose":
+        perm = node.attrs.get("perm") or list(range(value.ndim))[::-1]
+        value = np.transpose(value, perm)
+    return np.ascontiguousarray(value).reshape(out_shape)
+
+
+def _record_const(reader, conn: str, value) -> None:
+    """Let a reader see a small weight as a constant (as the importer records them)."""
+    if conn not in reader.onnx_inputs or value.size > MAX_RECORDED_CONST \
+            or value.dtype.kind not in "biuf":
+        return
+    consts = json.loads(reader.consts_json)
+    consts[str(reader.onnx_inputs.index(conn))] = {
+        "dtype": value.dtype.str, "shape": list(value.shape), "values": value.ravel().tolist()}
+    reader.consts_json = json.dumps(consts, sort_keys=True)
+
+
+@register
+class WeightPrepack(Transformation):
+    level = "layout"
+    name = "WeightPrepack"
+    description = "Do a Transpose/Reshape of a weight once at load time (the weight is stored re-laid)"
+    needs_weights = True
+
+    def find(self, sdfg, weights=None):
+        return [self.match({"node": ident(sdfg, state, node)},
+                           f"prepack {data_input(state, node).data} through {node.onnx_name}")
+                for state, node in onnx_ops(sdfg, LAYOUT_OPS)
+                if packable(sdfg, state, node, weights)]
+
+    def apply(self, sdfg, match, weights=None):
+        _, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
+        node = roles["node"]
+        if not packable(sdfg, state, node, weights):
+            raise TransformationError(f"{node.onnx_name} no longer reads a weight")
+        src, dst = data_input(state, node), data_output(state, node)
+        inputs = [e.src for e in state.in_edges(node)]
+        desc = sdfg.arrays[dst.data]
+        weights[dst.data] = packed_value(node, weights[src.data], tuple(desc.shape))
+        state.remove_node(node)
+        desc.transient = False  # now a weight, bound at call time
+        desc.lifetime = dace.AllocationLifetime.Scope
+        for e in state.out_edges(dst):
+            if hasattr(e.dst, "onnx_inputs"):
+                _record_const(e.dst, e.dst_conn, weights[dst.data])
+        for access in inputs:
+            if state.degree(access) == 0:
+                state.remove_node(access)
+            if not access_nodes(sdfg, access.data):
+                sdfg.remove_data(access.data, validate=False)
+                weights.pop(access.data, None)

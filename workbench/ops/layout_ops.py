@@ -1,0 +1,201 @@
+"""MatMulStrided: a matrix product that reads and writes its tensors where they lie.
+
+A workbench-internal op (domain ``workbench``) made by the layout level
+(``transforms/layout``): a Transpose feeding a MatMul, or a 1x1 Conv's
+NCHW data, becomes a strided view of an operand instead of a copy.
+Attributes give each tensor a logical view over its stored row-major array,
+``<x>_shape`` and ``<x>_strides`` in elements, all of the output's rank r:
+
+    A [*batch, M, K]   B [*batch, K, N]   Y, C [*batch, M, N]
+    Y = alpha * A @ B + beta * C          (C, the bias, is optional)
+
+A broadcast dimension has stride 0. The BLAS implementation calls one GEMM
+per batch index with leading dimensions taken from the strides (a matrix
+whose rows or columns are contiguous is a plain or transposed BLAS operand);
+the pure one is a parallel map over Y's elements, each a dot product loop.
+"""
+import dace
+
+from workbench.build.settings import blas_implementation
+from workbench.ops.index_maps import op_sdfg
+from workbench.ops.registry import implements, mapped_tasklet
+
+OP_TYPE = "MatMulStrided"
+DOMAIN = "workbench"
+
+
+def views(call) -> dict:
+    """Connector -> (logical shape, strides) for every present tensor."""
+    y_shape = tuple(call.attr("y_shape"))
+    out = {}
+    for pos, key in ((0, "a"), (1, "b"), (2, "c")):
+        if call.input(pos):
+            shape = tuple(call.attr(f"{key}_shape") or y_shape)
+            out[call.input(pos)] = (shape, tuple(call.attr(f"{key}_strides")))
+    out[call.output(0)] = (y_shape, tuple(call.attr("y_strides")))
+    return out
+
+
+def flat(view, index) -> str:
+    """Flat element position of logical ``index`` (expressions) in a view."""
+    return " + ".join(f"{p} * {s}" for p, s in zip(index, view[1]) if s) or "0"
+
+
+def _pointwise(call, state, label, ranges, reads, code):
+    """A parallel map over Y's logical elements whose C++ tasklet reads and
+    writes through pointers (``_<conn>``, ``_y``) at flat offsets.
+
+    Tensors keep their shapes inside: a connector seen reshaped becomes a
+    DaCe View when inlined, and DaCe's state splitting during inlining has
+    been seen to cut such a View off its data.
+    """
+    sdfg = state.parent
+    y = call.output(0)
+    inputs = {f"_{c}": dace.Memlet.from_array(c, sdfg.arrays[c]) for c in reads}
+    for m in inputs.values():
+        m.dynamic = True
+    out = dace.Memlet.from_array(y, sdfg.arrays[y])
+    out.dynamic = True
+    tasklet, entry, _ = mapped_tasklet(state, label, ranges, inputs, code, {"_y": out},
+                                       language=dace.Language.CPP)
+    for conn in list(tasklet.in_connectors):
+        tasklet.in_connectors[conn] = dace.pointer(sdfg.arrays[inputs[conn[2:]].data].dtype)
+    tasklet.out_connectors["___y"] = dace.pointer(sdfg.arrays[y].dtype)
+    entry.map.collapse = len(ranges)
+
+
+def _dims(call):
+    a, y = call.input(0), call.output(0)
+    for conn, desc in {**call.inputs, **call.outputs}.items():
+        step = 1  # the views are strides over row-major arrays
+        for n, s in zip(reversed(desc.shape), reversed(desc.strides)):
+            if n != 1 and s != step:
+                raise call.fail(f"'{conn}' is not row-major; its view strides would be wrong")
+            step *= n
+    v = views(call)
+    *batch, m, n = v[y][0]
+    return v, tuple(batch), m, n, v[a][0][-1]
+
+
+def _output_ranges(batch, M, N) -> dict:
+    return {**{f"b{i}": f"0:{n}" for i, n in enumerate(batch)}, "m": f"0:{M}", "n": f"0:{N}"}
+
+
+def _bias_code(call, v, index) -> str:
+    c, y = call.input(2), call.output(0)
+    value = f"{call.attr('beta', 1.0)!r} * _{c}[{flat(v[c], index)}]" if c else "0"
+    return f"_y[{flat(v[y], index)}] = {value};"
+
+
+@implements(OP_TYPE, internal=True)
+def matmul_strided(call):
+    """Y[b.., m, n] = beta * C[b.., m, n] + sum_k alpha * A[b.., m, k] * B[b.., k, n]."""
+    a, b, c, y = call.input(0), call.input(1), call.input(2), call.output(0)
+    v, batch, M, N, K = _dims(call)
+    sdfg, state = op_sdfg(call, "matmul_strided")
+    if 0 in batch + (M, N):
+        return sdfg
+    index = [f"b{i}" for i in range(len(batch))]
+    ctype = call.dtype(y).ctype
+    terms = (f"{ctype} acc = 0;\n"
+             f"for (long long k = 0; k < {K}; ++k) "
+             f"acc += _{a}[{flat(v[a], index + ['m', 'k'])}] * _{b}[{flat(v[b], index + ['k', 'n'])}];\n")
+    bias = f" + {call.attr('beta', 1.0)!r} * _{c}[{flat(v[c], index + ['m', 'n'])}]" if c else ""
+    code = terms + f"_y[{flat(v[y], index + ['m', 'n'])}] = {call.attr('alpha', 1.0)!r} * acc{bias};"
+    _pointwise(call, state, "matmul", _output_ranges(batch, M, N),
+               [x for x in dict.fromkeys((a, b, c)) if x], code)
+    return sdfg
+
+
+def blas_operand(shape, strides):
+    """('N' or 'T', leading dimension) reading a (rows, cols) view row-major, or None.
+
+    Rows or columns must be contiguous; a size-1 dimension's stride is free.
+    """
+    (rows, cols), (sr, sc) = shape, strides
+    if cols == 1 or sc == 1:
+        ld = sr if rows > 1 else max(1, cols)
+        if ld >= max(1, cols):
+            return "N", ld
+    if rows == 1 or sr == 1:
+        ld = sc if cols > 1 else max(1, rows)
+        if ld >= max(1, rows):
+            return "T", ld
+    return None
+
+
+def gemm_plan(view_of: dict, a: str, b: str, y: str):
+    """How one BLAS call per batch index computes Y, or None when it cannot.
+
+    Returns (M, N, K, (ta, lda, A), (tb, ldb, B), ldy): when Y's columns are
+    not contiguous but its rows are, Y^T = B^T A^T is computed instead.
+    """
+    (*_, M, N), (*_, K) = view_of[y][0], view_of[a][0]
+    pa = blas_operand(view_of[a][0][-2:], view_of[a][1][-2:])
+    pb = blas_operand(view_of[b][0][-2:], view_of[b][1][-2:])
+    py = blas_operand(view_of[y][0][-2:], view_of[y][1][-2:])
+    if None in (pa, pb, py):
+        return None
+    if py[0] == "N":
+        return M, N, K, (pa[0], pa[1], a), (pb[0], pb[1], b), py[1]
+    flip = {"N": "T", "T": "N"}
+    return N, M, K, (flip[pb[0]], pb[1], b), (flip[pa[0]], pa[1], a), py[1]
+
+
+_BLAS_TYPES = {dace.float32: ("s", "float"), dace.float64: ("d", "double")}
+_ENVIRONMENTS = {"OpenBLAS": "OpenBLAS", "MKL": "IntelMKL"}  # CPU CBLAS libraries
+
+
+@implements(OP_TYPE, impl="blas", internal=True)
+def matmul_strided_blas(call):
+    a, b, y = call.input(0), call.input(1), call.output(0)
+    impl = blas_implementation()
+    if impl is None:
+        raise call.fail("no BLAS library found (install libopenblas-dev liblapacke-dev)")
+    v, batch, M, N, K = _dims(call)
+    plan = gemm_plan(v, a, b, y)
+    dtype = call.dtype(y)
+    # cuBLAS (a GPU build) would need device pointers and its own strided call:
+    # the map implementation runs there instead.
+    if (plan is None or dtype not in _BLAS_TYPES or 0 in batch + (M, N, K)
+            or impl not in _ENVIRONMENTS):
+        return matmul_strided(call)
+    sdfg, state = op_sdfg(call, "matmul_strided_blas")
+    if call.input(2):
+        init = sdfg.add_state_before(state, "bias")
+        index = [f"b{i}" for i in range(len(batch))] + ["m", "n"]
+        _pointwise(call, init, "bias", _output_ranges(batch, M, N), [call.input(2)],
+                   _bias_code(call, v, index))
+    conns = {a: "_a", b: "_b"}
+    code = _gemm_code(plan, v, conns, y, batch, dtype, call.attr("alpha", 1.0),
+                      1.0 if call.input(2) else 0.0)
+    ptr = dace.pointer(dtype)
+    tasklet = state.add_tasklet("gemm", {k: ptr for k in conns.values()}, {"_y": ptr}, code,
+                                language=dace.Language.CPP)
+    tasklet.environments = {_environment(impl).full_class_path()}
+    for arr, conn in conns.items():
+        state.add_edge(state.add_read(arr), None, tasklet, conn,
+                       dace.Memlet.from_array(arr, sdfg.arrays[arr]))
+    state.add_edge(tasklet, "_y", state.add_write(y), None,
+                   dace.Memlet.from_array(y, sdfg.arrays[y]))
+    return sdfg
+
+
+def _gemm_code(plan, view_of, conns, y, batch, dtype, alpha, beta) -> str:
+    """Nested loops over the batch, one cblas_?gemm each, pointers offset by stride."""
+    M, N, K, (ta, lda, first), (tb, ldb, second), ldy = plan
+    prefix, ctype = _BLAS_TYPES[dtype]
+    loops = [f"__b{i}" for i in range(len(batch))]
+    at = {c: flat(view_of[c], loops) for c in view_of}
+    trans = {"N": "CblasNoTrans", "T": "CblasTrans"}
+    call = (f"cblas_{prefix}gemm(CblasRowMajor, {trans[ta]}, {trans[tb]}, {M}, {N}, {K}, "
+            f"({ctype})({alpha!r}), {conns[first]} + ({at[first]}), {lda}, "
+            f"{conns[second]} + ({at[second]}), {ldb}, ({ctype})({beta!r}), "
+            f"_y + ({at[y]}), {ldy});")
+    lines = [f"for (long long {p} = 0; {p} < {n}; ++{p}) {{" for p, n in zip(loops, batch)]
+    return "\n".join(lines + [call] + ["}"] * len(loops))
+
+
+def _environment(impl: str):
+    from dace.libraries.blas import environments
+    return getattr(environments, _ENVIRONMENTS[impl])
