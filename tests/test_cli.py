@@ -115,15 +115,16 @@ def test_unknown_name_exits_2():
 
 def test_unsupported_ops_listed_at_once_exits_2(tmp_path):
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="r"),
-             helper.make_node("Hardmax", ["a"], ["b"], name="hm1"),
-             helper.make_node("Hardmax", ["b"], ["c"], name="hm2"),
-             helper.make_node("Det", ["c"], ["y"], name="det")]
+             helper.make_node("Mystery", ["a"], ["b"], name="hm1", domain="com.example"),
+             helper.make_node("Mystery", ["b"], ["c"], name="hm2", domain="com.example"),
+             helper.make_node("StringNormalizer", ["c"], ["y"], name="det")]
     graph = helper.make_graph(nodes, "uns", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
     path = tmp_path / "uns.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                      helper.make_opsetid("com.example", 1)]), path)
     proc = app("verify", str(path))
-    assert_clean_error(proc, 2, "Hardmax: hm1, hm2", "Det: det")
+    assert_clean_error(proc, 2, "com.example::Mystery: hm1, hm2", "StringNormalizer: det")
     assert "compile" not in proc.stderr  # refused before anything was built
 
 

@@ -42,3 +42,43 @@ def readers_elsewhere(sdfg, state, data: str) -> int:
 def single_consumer(sdfg, state, access) -> bool:
     return (len(state.out_edges(access)) == 1 and sdfg.arrays[access.data].transient
             and readers_elsewhere(sdfg, state, access.data) == 0)
+
+
+def outside_maps(sdfg, state, node) -> bool:
+    """Whether ``node`` runs once per call: in no map scope, and its SDFG nested
+    in no map either (what a persistent buffer or an OpenMP map needs)."""
+    if state.scope_dict()[node] is not None:
+        return False
+    parent = sdfg.parent_nsdfg_node
+    if parent is None or sdfg.parent is None:
+        return True
+    return outside_maps(sdfg.parent_sdfg, sdfg.parent, parent)
+
+
+def access_nodes(sdfg, data: str) -> list:
+    """(state, access node) for every access node of ``data`` in ``sdfg``'s states."""
+    return [(s, n) for s in sdfg.states() for n in s.data_nodes() if n.data == data]
+
+
+def dataflow_steps(state):
+    """(graph, step): the state's dataflow with each top-level map (and all it
+    holds) collapsed into its entry node; ``step(node)`` is the top-level node
+    standing for ``node``. Order questions (does A finish before B starts?)
+    are ancestor queries on this graph."""
+    import networkx as nx
+    scopes = state.scope_dict()
+
+    def step(node):
+        if isinstance(node, nodes.ExitNode):
+            node = state.entry_node(node)
+        while scopes[node] is not None:
+            node = scopes[node]
+        return node
+
+    graph = nx.DiGraph()
+    graph.add_nodes_from(step(n) for n in state.nodes())
+    for e in state.edges():
+        a, b = step(e.src), step(e.dst)
+        if a is not b:
+            graph.add_edge(a, b)
+    return graph, step

@@ -203,7 +203,7 @@ class Session:
         matches = []
         for t in transform.all_transformations(level):
             try:
-                found = t.find(self.sdfg)
+                found = transform.find_matches(t, self.sdfg, self.model.weights)
             except Exception:  # a broken plug-in must not hide the others
                 continue
             for m in found:
@@ -222,6 +222,7 @@ class Session:
         try:
             transform.apply_match(t, trial, match, weights)
             trial.validate()
+            after = self.data_movement(trial).moved_bytes  # measured before anything changes
         except TransformationError:
             raise
         except Exception as e:
@@ -231,7 +232,6 @@ class Session:
                 f". The session is unchanged.") from e
         self.sdfg = trial
         self.model.weights = weights
-        after = self.data_movement().moved_bytes
         entry = {"transformation": match.transformation, "level": t.level,
                  "where": [list(w) for w in match.where], "description": match.description,
                  "options": [list(o) for o in match.options], "expr_index": match.expr_index,
@@ -329,7 +329,7 @@ class Session:
             t = transform.get(name)
             if step.get("all"):
                 for _ in range(step.get("limit", 1000)):
-                    found = t.find(self.sdfg)
+                    found = transform.find_matches(t, self.sdfg, self.model.weights)
                     if not found:
                         break
                     added.append(self.apply(found[0]))
@@ -344,6 +344,18 @@ class Session:
                 raise TransformationError(f"recipe '{data.get('name')}' step {i + 1} "
                                           f"({name}): {e}") from e
         return added
+
+    def predict(self, match):
+        """``match`` with ``delta_bytes`` filled: the change in bytes moved if applied
+        (measured on a copy; unchanged match when it cannot be applied)."""
+        return self._predict(match)
+
+    def close(self) -> None:
+        """Unload compiled programs (the session stays usable; it rebuilds on demand)."""
+        self._release()
+        if self._timed_build is not None and self._timed_build.compiled is not None:
+            self._timed_build.compiled.finalize()
+        self._timed_build = None
 
     def _predict(self, match):
         from dataclasses import replace

@@ -60,14 +60,23 @@ class Transformation:
     level: str = ""
     name: str = ""
     description: str = ""
+    # True for a transformation that needs the weights ({SDFG array name: numpy
+    # array}; which arrays are weights, or their values): constant folding,
+    # weight pre-packing. It is then called as ``find(sdfg, weights)`` (read
+    # only) and ``apply(sdfg, match, weights)`` with a private copy of the
+    # session's dict, in which it adds, replaces or deletes entries (never
+    # writes into an array: history steps share them); the session keeps the
+    # copy only if the whole step succeeds. See ``find_matches``/``apply_match``.
+    needs_weights: bool = False
 
-    def find(self, sdfg: dace.SDFG) -> List[Match]:
-        """Every match in ``sdfg``; must not modify it."""
+    def find(self, sdfg: dace.SDFG, weights: dict = None) -> List[Match]:
+        """Every match in ``sdfg``; must not modify it (``weights`` is given only
+        when ``needs_weights``)."""
         raise NotImplementedError
 
-    def apply(self, sdfg: dace.SDFG, match: Match) -> None:
+    def apply(self, sdfg: dace.SDFG, match: Match, weights: dict = None) -> None:
         """Apply ``match`` to ``sdfg`` in place; raise TransformationError if it no
-        longer applies."""
+        longer applies. ``weights`` is given only when ``needs_weights``."""
         raise NotImplementedError
 
     def match(self, where: dict, description: str = "", options: dict = None,
@@ -85,6 +94,10 @@ class DacePattern(Transformation):
         """Extra conditions on a DaCe match (default: all of them)."""
         return True
 
+    def match_options(self, sdfg, state, nodes: dict) -> dict:
+        """Options for this match only, on top of ``options`` (JSON values)."""
+        return {}
+
     def find(self, sdfg):
         from dace.transformation.optimizer import Optimizer
         matches = []
@@ -96,7 +109,9 @@ class DacePattern(Transformation):
             if not self.accept(owner, state, roles):
                 continue
             where = {role: nodeid.identity(owner, state, node) for role, node in roles.items()}
-            matches.append(self.match(where, self.describe(roles), expr_index=xform.expr_index))
+            matches.append(self.match(where, self.describe(roles),
+                                      self.match_options(owner, state, roles),
+                                      expr_index=xform.expr_index))
         return matches
 
     def describe(self, roles: dict) -> str:
@@ -104,11 +119,38 @@ class DacePattern(Transformation):
 
     def apply(self, sdfg, match):
         owner, state, nodes = nodeid.resolve_all(sdfg, match.where_dict())
-        if not self.pattern.can_be_applied_to(owner, options=self.options or None,
+        options = {**self.options, **match.options_dict()} or None
+        if not self.pattern.can_be_applied_to(owner, options=options,
                                               expr_index=match.expr_index, **nodes):
             raise TransformationError(f"{self.name} no longer applies to {match.description}")
-        self.pattern.apply_to(owner, options=self.options or None, expr_index=match.expr_index,
+        self.pattern.apply_to(owner, options=options, expr_index=match.expr_index,
                               verify=False, save=False, **nodes)
+        whole_array_reshapes(sdfg)
+
+
+def whole_array_reshapes(sdfg: dace.SDFG) -> None:
+    """Give each nested SDFG connector that sees its array reshaped the whole array.
+
+    DaCe's memlet propagation (run after most of its transformations) squeezes
+    a nested SDFG's inner subset into the outer array even when the inner
+    array has another shape of the same size (how operator implementations
+    see data reshaped), which yields an out-of-bounds outer memlet. Such a
+    connector always reads or writes the whole array.
+    """
+    from dace.sdfg import nodes as nd
+    for node, state in sdfg.all_nodes_recursive():
+        if not isinstance(node, nd.NestedSDFG):
+            continue
+        edges = [(e, e.dst_conn, e.src) for e in state.in_edges(node)] + \
+                [(e, e.src_conn, e.dst) for e in state.out_edges(node)]
+        for edge, conn, other in edges:
+            inner = node.sdfg.arrays.get(conn)
+            if edge.data.data is None or inner is None or not isinstance(other, nd.AccessNode):
+                continue
+            outer = state.sdfg.arrays[edge.data.data]
+            if tuple(inner.shape) != tuple(outer.shape) and inner.total_size == outer.total_size:
+                edge.data.subset = dace.subsets.Range.from_array(outer)
+                edge.data.volume = outer.total_size
 
 
 def _roles(xform) -> dict:
@@ -171,9 +213,30 @@ def by_level() -> dict:
                     for t in all_transformations(level)] for level in LEVELS}
 
 
-def apply_to_copy(sdfg: dace.SDFG, match: Match) -> dace.SDFG:
-    """The SDFG ``match`` would produce, leaving ``sdfg`` untouched."""
+def find_matches(t: Transformation, sdfg: dace.SDFG, weights: dict = None) -> List[Match]:
+    """``t.find``, handing ``weights`` only to a transformation that needs them
+    (without them it finds nothing: it cannot tell weights from inputs)."""
+    if not t.needs_weights:
+        return t.find(sdfg)
+    return [] if weights is None else t.find(sdfg, weights)
+
+
+def apply_match(t: Transformation, sdfg: dace.SDFG, match: Match, weights: dict = None) -> None:
+    """``t.apply``, handing ``weights`` (changed in place) only to a transformation
+    that needs them."""
+    if not t.needs_weights:
+        t.apply(sdfg, match)
+        return
+    if weights is None:
+        raise TransformationError(f"{t.name} needs the model's weights: apply it through a "
+                                  f"Session (ws.apply)")
+    t.apply(sdfg, match, weights)
+
+
+def apply_to_copy(sdfg: dace.SDFG, match: Match, weights: dict = None) -> dace.SDFG:
+    """The SDFG ``match`` would produce, leaving ``sdfg`` (and ``weights``) untouched."""
     trial = copy.deepcopy(sdfg)
-    get(match.transformation).apply(trial, match)
+    apply_match(get(match.transformation), trial, match,
+                None if weights is None else dict(weights))
     return trial
 

@@ -1,1 +1,5 @@
 """Fusion level: several operators in one pass over the data."""
+from workbench.ops import fused, onepass  # noqa: F401 (registers the fused op types)
+from transforms.fusion import conv_epilogue, dace_maps, elementwise_chain  # noqa: F401
+from transforms.fusion import gemm_epilogue, onepass_layernorm, onepass_softmax  # noqa: F401
+from transforms.fusion import row_epilogue  # noqa: F401 (registration)

@@ -1,2 +1,3 @@
 """Global level: the whole program's memory."""
-from transforms.global_ import identity  # noqa: F401
+from transforms.global_ import (constant_folding, cse, dead_code, identity, inplace,  # noqa: F401
+                                persistent, state_fusion, transient_reuse)

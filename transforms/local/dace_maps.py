@@ -1,27 +1,96 @@
-"""DaCe's own map transformations, kept as data: (name, pattern, description)."""
+"""DaCe's own map transformations, kept as data.
+
+Each row: (name, DaCe pattern, description, options, accept, per-match
+options). ``accept(sdfg, state, roles)`` adds conditions to DaCe's own;
+rules per row:
+1. MapTiling: blocks of 32 per dimension; only a map with unit steps (not
+   the tile loop a tiling made) and a dimension longer than one block.
+2. MapInterchange, MapCollapse, MapExpansion, TrivialMapElimination: as
+   DaCe matches them. MapExpansion leaves the inner maps' schedule to
+   DaCe (sequential inside a parallel map) instead of fixing it to
+   Sequential, so that MapCollapse can join them again (it wants equal
+   schedules).
+3. AccumulateTransient: an inner map's reduction (WCR) into the outer map
+   is accumulated in a local buffer started at the reduction's identity
+   (0 for sums, 1 for products, the type's lowest/highest finite value
+   for max/min: DaCe cannot print an infinity), then written once.
+Vectorization and MapSchedule need more rules; they have their own files.
+"""
+import dace
+import numpy as np
+from dace import dtypes
+from dace.frontend.operations import detect_reduction_type
 from dace.transformation import dataflow as df
 
 from workbench.transform import DacePattern, register
 
+TILE = 32
+
+
+def _tileable(sdfg, state, roles) -> bool:
+    entry = roles["map_entry"]
+    if any(step != 1 for _, _, step in entry.map.range):
+        return False
+    return any(dace.symbolic.issymbolic(end - begin) is False and end - begin + 1 > TILE
+               for begin, end, _ in entry.map.range)
+
+
+_IDENTITY = {dtypes.ReductionType.Sum: lambda t: 0, dtypes.ReductionType.Product: lambda t: 1,
+             dtypes.ReductionType.Max: lambda t: _limits(t).min,
+             dtypes.ReductionType.Min: lambda t: _limits(t).max}
+
+
+def _limits(dtype):
+    kind = np.dtype(dtype.as_numpy_dtype())
+    return np.finfo(kind) if kind.kind == "f" else np.iinfo(kind)
+
+
+def _reduction(sdfg, state, roles):
+    """(array, identity) of the first reduction between the two map exits, or None."""
+    for e in state.edges_between(roles["map_exit"], roles["outer_map_exit"]):
+        if e.data.wcr is None:
+            continue
+        kind = _IDENTITY.get(detect_reduction_type(e.data.wcr))
+        if kind is None:
+            return None
+        value = kind(sdfg.arrays[e.data.data].dtype)
+        return e.data.data, repr(float(value)) if isinstance(value, np.floating) else str(value)
+    return None
+
+
+def _accumulable(sdfg, state, roles) -> bool:
+    return _reduction(sdfg, state, roles) is not None
+
+
+def _accumulate_options(sdfg, state, roles) -> dict:
+    array, identity = _reduction(sdfg, state, roles)
+    return {"array": array, "identity": identity}
+
+
 WRAPPED = [
     ("MapTiling", df.MapTiling, "Tile a map (blocks of 32 per dimension) for cache reuse",
-     {"tile_sizes": (32,)}),
-    ("Vectorization", df.Vectorization, "Vectorize a map's innermost dimension (SIMD loads)",
-     {"vector_len": 8}),
-    ("MapInterchange", df.MapInterchange, "Swap two nested maps", {}),
-    ("MapCollapse", df.MapCollapse, "Collapse nested maps into one for more parallelism", {}),
-    ("MapExpansion", df.MapExpansion, "Split a multi-dimensional map into nested maps", {}),
+     {"tile_sizes": (TILE,)}, _tileable, None),
+    ("MapInterchange", df.MapInterchange, "Swap two nested maps", {}, None, None),
+    ("MapCollapse", df.MapCollapse, "Collapse nested maps into one for more parallelism", {},
+     None, None),
+    ("MapExpansion", df.MapExpansion, "Split a multi-dimensional map into nested maps",
+     {"inner_schedule": dace.ScheduleType.Default}, None, None),
     ("AccumulateTransient", df.AccumulateTransient,
-     "Accumulate a map's reduction in a local transient (register) before writing", {}),
-    ("TrivialMapElimination", df.TrivialMapElimination, "Remove maps over a single index", {}),
+     "Accumulate a map's reduction in a local buffer before writing it once", {},
+     _accumulable, _accumulate_options),
+    ("TrivialMapElimination", df.TrivialMapElimination,
+     "Remove map dimensions over a single index", {}, None, None),
 ]
 
 
-def _make(name, pattern, description, options):
-    cls = type(name, (DacePattern,), {"level": "local", "name": name,
-                                        "description": description, "pattern": pattern,
-                                        "options": options})
-    return register(cls)
+def _make(name, pattern, description, options, accept, match_options):
+    attrs = {"level": "local", "name": name, "description": description, "pattern": pattern,
+             "options": options}
+    if accept is not None:
+        attrs["accept"] = lambda self, sdfg, state, roles: accept(sdfg, state, roles)
+    if match_options is not None:
+        attrs["match_options"] = lambda self, sdfg, state, roles: match_options(sdfg, state, roles)
+    return register(type(name, (DacePattern,), attrs))
 
 
 for _row in WRAPPED:

@@ -4,10 +4,12 @@ Rules:
 1. Every memlet edge with an access node at one end counts once, with the
    number of distinct elements its subset covers times the element size
    (what an operator reads or writes, not how often it re-reads it).
-2. Edges between an access node and a nested SDFG are not counted: the
-   nested SDFG's own edges count instead (no double counting).
-3. Edges that only alias (to or from a View) and arrays in registers move
-   nothing.
+2. Edges between an access node and a top-level nested SDFG are not
+   counted: the nested SDFG's own edges count instead (no double counting).
+   A nested SDFG inside a map counts at its boundary (propagated memlets).
+   A subset whose size depends on symbols counts as the whole array.
+3. The edge through which a View aliases its data, and arrays in
+   registers, move nothing (operators reading or writing a View do move).
 4. Each counted edge belongs to the top-level node it feeds or leaves in
    the program's main state; that node names the ONNX operator: an
    ``OnnxOp`` its ``onnx_name``; an expanded operator's maps, tasklets and
@@ -69,7 +71,7 @@ def _movement(sdfg: dace.SDFG, names: dict) -> DataMovement:
             for node, name in _counted_edges(edge, state, sdfg, names):
                 per_op[owners.get(node, name)] += _edge_bytes(edge, sdfg)
         for node in state.nodes():
-            if isinstance(node, nodes.NestedSDFG):
+            if isinstance(node, nodes.NestedSDFG) and state.entry_node(node) is None:
                 inner = _movement(node.sdfg, names)
                 per_op[owners.get(node, operator_name(node, names))] += inner.moved_bytes
     return DataMovement(int(sum(per_op.values())), compulsory_bytes(sdfg),
@@ -88,26 +90,34 @@ def _counted_edges(edge, state, sdfg, names):
     if edge.data.data is None or edge.data.is_empty():
         return []
     ends = [n for n in (src, dst) if isinstance(n, nodes.AccessNode)]
-    if not ends or any(_no_traffic(n, sdfg) for n in ends):
+    if not ends or any(_in_registers(n, sdfg) for n in ends) or _aliases(edge, state, sdfg):
         return []
     other = dst if isinstance(src, nodes.AccessNode) else src
-    if isinstance(other, nodes.NestedSDFG):
-        return []
+    if isinstance(other, nodes.NestedSDFG) and state.entry_node(other) is None:
+        return []  # counted inside (a nested SDFG within a map counts at its boundary)
     if isinstance(other, nodes.AccessNode):  # a copy: read + write
         return [(src, src.data), (dst, dst.data)]
     return [(other, operator_name(other, names))]
 
 
-def _no_traffic(access, sdfg) -> bool:
-    desc = sdfg.arrays[access.data]
-    return isinstance(desc, dace.data.View) or desc.storage == dace.StorageType.Register
+def _in_registers(access, sdfg) -> bool:
+    return sdfg.arrays[access.data].storage == dace.StorageType.Register
+
+
+def _aliases(edge, state, sdfg) -> bool:
+    """The edge that makes a View alias its data moves nothing; reads and
+    writes through the View by operators still do."""
+    from dace.sdfg.utils import get_view_edge
+    return any(isinstance(n, nodes.AccessNode) and isinstance(sdfg.arrays[n.data], dace.data.View)
+               and get_view_edge(state, n) is edge for n in (edge.src, edge.dst))
 
 
 def _edge_bytes(edge, sdfg) -> int:
     desc = sdfg.arrays[edge.data.data]
     n = edge.data.subset.num_elements() if edge.data.subset is not None else desc.total_size
-    return int(dace.symbolic.evaluate(n, {})) * desc.dtype.bytes if not _static(n) else \
-        int(n) * desc.dtype.bytes
+    if not _static(n):  # depends on a scope's symbols: the whole array bounds it
+        n = desc.total_size
+    return int(n) * desc.dtype.bytes if _static(n) else 0
 
 
 def _static(value) -> bool:

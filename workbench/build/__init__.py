@@ -53,6 +53,24 @@ def session_build_folder(session_id: str) -> Path:
     return folder
 
 
+def simplify_program(program: dace.SDFG) -> None:
+    """DaCe's simplify, with multi-state inlining off when the program has Views.
+
+    Multi-state inlining splits the state around the nested SDFG and copies
+    the access nodes cut by the split; a View's copy loses the edge to the
+    data it views (DaCe 1.0.2), which leaves an invalid SDFG. The layout
+    transformations make Views (reshapes and slices without copies).
+    """
+    from dace.transformation.passes.fusion_inline import InlineSDFGs
+    from dace.transformation.passes.simplify import SimplifyPass
+    simplifier = SimplifyPass(validate=True)
+    if any(isinstance(desc, dace.data.View) for desc in program.arrays.values()):
+        for step in simplifier.passes:
+            if isinstance(step, InlineSDFGs):
+                step.multistate = False
+    simplifier.apply_pass(program, {})
+
+
 def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SILENT,
                  simplify: bool = True, instrument_with=None) -> Build:
     """Expand, generate and compile ``sdfg`` (a copy) inside ``folder``.
@@ -85,7 +103,7 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
     if simplify:
         with progress.phase("simplify"):
             t = time.perf_counter()
-            program.simplify()
+            simplify_program(program)
             timings["simplify"] = time.perf_counter() - t
     if instrument_with is not None:  # timers go on the final, simplified program
         instrument_with(program)

@@ -1,5 +1,12 @@
 """Operator implementations, registered per ONNX op type (see registry)."""
 from workbench.ops import conv, elementwise, linalg, movement, normalization  # noqa: F401 (register)
+from workbench.ops import cast, logic  # noqa: F401 (register)
+from workbench.ops import along_axis, reduce  # noqa: F401 (register)
+from workbench.ops import attention, pool, quantized, resize  # noqa: F401 (register)
+from workbench.ops import einsum, indexing, scatter, shape_ops, slicing  # noqa: F401 (register)
+# Workbench-internal op types that transformations create; imported here so a
+# saved SDFG holding them expands without the transformation library.
+from workbench.ops import fused, layout_ops, onepass  # noqa: F401 (register)
 from workbench.ops.registry import implementations_of, is_supported, supported_op_types
 
 __all__ = ["implementations_of", "is_supported", "supported_op_types"]

@@ -18,26 +18,34 @@ import numpy as np
 from workbench.errors import UnsupportedCaseError
 
 # Every name an OnnxOp's ``implementation`` may take. An op type offers a subset.
-IMPLEMENTATION_NAMES = ("pure", "blas", "im2col", "direct")
+IMPLEMENTATION_NAMES = ("pure", "blas", "im2col", "direct", "onepass")
 
 _IMPLS: Dict[Tuple[str, str], Callable] = {}
+_INTERNAL: set = set()  # workbench-internal op types (fused nodes), not ONNX operators
 
 
-def implements(*op_types: str, impl: str = "pure"):
-    """Register the decorated function as ``impl`` for each of ``op_types``."""
+def implements(*op_types: str, impl: str = "pure", internal: bool = False):
+    """Register the decorated function as ``impl`` for each of ``op_types``.
+
+    ``internal`` marks op types that only transformations create (domain
+    ``workbench``); they are left out of ``supported_op_types``.
+    """
     if impl not in IMPLEMENTATION_NAMES:
         raise ValueError(f"unknown implementation name {impl!r}")
 
     def register(fn):
         for op_type in op_types:
             _IMPLS[(op_type, impl)] = fn
+            if internal:
+                _INTERNAL.add(op_type)
         return fn
 
     return register
 
 
 def supported_op_types() -> set:
-    return {op for op, _ in _IMPLS}
+    """ONNX op types with an implementation (internal fused op types excluded)."""
+    return {op for op, _ in _IMPLS if op not in _INTERNAL}
 
 
 def implementations_of(op_type: str) -> list:
@@ -142,7 +150,30 @@ def expand(node, state, sdfg, impl: str):
         result = program_sdfg(call, result)
     result.name = _sdfg_name(call)
     _label_scopes(result, node.name)
+    _keep_strides(result, call)
     return result
+
+
+def _keep_strides(sdfg, call) -> None:
+    """A connector bound to a strided View (a transpose or slice read in place,
+    see transforms/layout) keeps the View's strides inside the implementation,
+    which then indexes the real layout; one it reshapes cannot."""
+    for conn, outer in {**call.inputs, **call.outputs}.items():
+        inner = sdfg.arrays.get(conn)
+        if inner is None or inner.transient or _row_major(outer):
+            continue
+        if tuple(inner.shape) != tuple(outer.shape):
+            raise call.fail(f"'{conn}' is a strided view, which this implementation reshapes")
+        inner.strides, inner.total_size = outer.strides, outer.total_size
+
+
+def _row_major(desc) -> bool:
+    step = 1
+    for n, s in zip(reversed(desc.shape), reversed(desc.strides)):
+        if n != 1 and s != step:
+            return False
+        step *= n
+    return True
 
 
 OWNER_SEPARATOR = "__"

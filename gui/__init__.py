@@ -1,0 +1,14 @@
+"""The desktop workbench: a Qt view over a ``workbench.Session``.
+
+The window keeps no model state of its own. Every action calls a Session
+method through ``gui.controller.Controller``, which runs the call in a
+worker thread (``gui.worker``) and tells the panels when it is done. Imports
+run ``app.py -> gui -> workbench``, never back.
+
+Modules, one per part of the window: ``graph_model`` (SDFG -> drawable
+description), ``layout`` (Graphviz dot, grandalf or a built-in fallback),
+``graph_items``/``graph_view`` (the SDFG canvas), ``transform_panel``,
+``history_panel``, ``profile_panel``, ``properties_panel``, ``code_panel``,
+``main_window``; ``cli_gui``/``cli_screenshot`` are the ``gui`` and
+``screenshot`` commands.
+"""

@@ -1,0 +1,45 @@
+"""``gui [MODEL] [--session FOLDER]``: open the desktop workbench."""
+import sys
+
+
+def register(sub):
+    import workbench
+    p = sub.add_parser("gui", help="open the desktop workbench (needs a display)")
+    p.add_argument("model", nargs="?", default=None,
+                   help="an .onnx file or a bundled model name (default: bert-layer)")
+    if hasattr(workbench, "open_session"):
+        p.add_argument("--session", metavar="FOLDER",
+                       help="reopen a session folder (written by File > Save Session As or "
+                            "Session.save)")
+    p.set_defaults(run=run)
+
+
+def run(args, progress) -> int:
+    import workbench
+    from gui.qtapp import ensure_app, has_display
+    from sdfg_models import DEFAULT_MODEL
+    session = getattr(args, "session", None)
+    if session and args.model:
+        raise workbench.BadInputError("give either a MODEL or --session FOLDER, not both.")
+    model = args.model or DEFAULT_MODEL
+    if not session:
+        workbench.resolve_model(model)   # an unknown name fails here, with exit code 2
+    if not has_display():
+        sys.stderr.write("error: no display (set DISPLAY or WAYLAND_DISPLAY); use "
+                         "`app.py screenshot` to render the window offscreen.\n")
+        return 2
+    app = ensure_app()
+    import signal
+    from PyQt5.QtCore import QTimer
+    from gui.main_window import MainWindow
+    signal.signal(signal.SIGINT, lambda *_: app.closeAllWindows())   # Ctrl+C in the terminal
+    tick = QTimer()
+    tick.timeout.connect(lambda: None)   # lets Python see the signal while Qt waits
+    tick.start(250)
+    window = MainWindow()
+    window.show()
+    if session:
+        window.open_session(session)
+    else:
+        window.open_model(model)
+    return app.exec_()

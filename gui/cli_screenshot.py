@@ -1,0 +1,114 @@
+"""``screenshot MODEL -o out.png``: render the window offscreen and save a PNG.
+
+The model is opened, the recipe applied and (unless ``--no-profile``) the
+program built, verified and profiled synchronously (with a recipe, the
+import is profiled first too), so the picture shows every panel with data.
+Layout and match listing still run in the window's
+workers; the command waits for them before grabbing.
+"""
+import sys
+import tempfile
+from pathlib import Path
+
+from workbench.cli.common import add_recipe_arg, parse_shapes
+from workbench.errors import BadInputError
+
+
+def register(sub):
+    p = sub.add_parser("screenshot", help="render the workbench window offscreen into a PNG")
+    p.add_argument("model", help="an .onnx file or a bundled model name")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.png")
+    p.add_argument("--select", metavar="NODE", help="select a node (ONNX name, op type or array)")
+    add_recipe_arg(p)
+    p.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2,...")
+    p.add_argument("--no-profile", action="store_true", help="skip build, verify and profile")
+    p.add_argument("--repeat", type=int, default=5, help="profile runs (default 5)")
+    p.add_argument("--size", default="1600x1000", metavar="WxH")
+    p.set_defaults(run=run)
+
+
+def run(args, progress) -> int:
+    import workbench
+    from workbench.recipe import load_recipe
+    try:
+        width, height = (int(v) for v in args.size.lower().split("x"))
+    except ValueError:
+        raise BadInputError(f"--size '{args.size}' is not WIDTHxHEIGHT.") from None
+    if not args.output.lower().endswith(".png"):
+        raise BadInputError(f"-o '{args.output}': the screenshot is written as PNG; name it *.png.")
+    if args.recipe:
+        load_recipe(args.recipe)   # an unknown recipe fails before any work (exit 2)
+    ws = workbench.open(args.model, input_shapes=parse_shapes(args.shape), progress=progress)
+    results, problem = (None, None, None), None
+    if args.recipe and not args.no_profile:
+        try:   # the import's runtime too, so the runtime-per-step line has a start
+            ws.profile(repeat=args.repeat, warmup=1)
+        except workbench.WorkbenchError as e:
+            sys.stderr.write(f"warning: profiling the imported model failed: {e}\n")
+    if args.recipe:
+        with progress.phase(f"recipe {args.recipe}"):
+            ws.optimize(args.recipe)
+    if not args.no_profile:
+        try:
+            from gui.code_panel import attach_source_map
+            build = attach_source_map(ws, ws.build())
+            report = ws.verify()
+            prof = ws.profile(repeat=args.repeat, warmup=1)
+            results = (build, report, prof)
+        except workbench.WorkbenchError as e:
+            problem = e
+            sys.stderr.write(f"warning: {e}\n(the screenshot shows the model without a profile)\n")
+    with progress.phase("render window"):
+        path = render(ws, args.output, (width, height), results, args.select, problem)
+    print(f"wrote {path}")
+    return 0
+
+
+def render(ws, output, size, results, select=None, problem=None) -> Path:
+    from PyQt5.QtCore import QSettings
+    from gui.qtapp import ensure_app
+    ensure_app(offscreen=True)
+    from gui.main_window import MainWindow
+    settings = QSettings(str(Path(tempfile.mkdtemp(prefix="wb-shot-")) / "settings.ini"),
+                         QSettings.IniFormat)   # never touch the user's recent files
+    window = MainWindow(settings)
+    try:
+        return _show_and_grab(window, ws, output, size, results, select, problem)
+    finally:
+        window.ctl.runner.shutdown()   # no worker may outlive the window
+        window.close()
+
+
+def _show_and_grab(window, ws, output, size, results, select, problem) -> Path:
+    from PyQt5.QtWidgets import QApplication
+    from gui.controller import describe_error
+    from gui.qtapp import wait_until
+    from gui.transform_panel import match_items
+    window.resize(*size)
+    window.show()
+    ctl = window.ctl
+    ctl.set_session(ws)
+    if any(r is not None for r in results):
+        ctl.record(results)
+    idle = lambda: ctl.runner.idle() and window.graph.desc is not None  # noqa: E731
+    wait_until(idle, 600)
+    if select:
+        if not window.graph.find_node(select):
+            raise BadInputError(f"--select '{select}': no node has that name, op type or array.")
+        wait_until(idle, 600)
+        for level in ("fusion", "local", "layout", "global"):   # show one match, highlighted
+            items = match_items(window.transforms.trees[level])
+            if items:
+                window.transforms.tabs.setCurrentWidget(window.transforms.trees[level])
+                window.transforms.trees[level].setCurrentItem(items[0])
+                break
+    if problem is not None:
+        window.show_error("Build failed", describe_error(problem))
+    wait_until(idle, 60)
+    window.profile.canvas.draw()
+    QApplication.processEvents()
+    path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not window.grab().save(str(path), "PNG"):
+        raise BadInputError(f"could not write '{path}'.")
+    return path

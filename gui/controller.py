@@ -1,0 +1,346 @@
+"""The bridge between the window and a ``workbench.Session``.
+
+Panels call these methods; each one calls the Session in a worker (see
+``gui.worker``) and emits a signal when it is done. The controller keeps
+only view state: the selection, the hovered match, and which verification
+belongs to which step. The model state is the Session's.
+
+One lock (``Controller.lock``) is held by every worker while it touches the
+Session: DaCe's SDFG objects are not safe to read in one thread while
+another pattern-matches or copies them, and timings must not compete with
+predictions for the CPU. Lanes still decide what waits for what and which
+results are stale; the lock only keeps two of them off the Session at once.
+"""
+import threading
+import time
+
+from PyQt5.QtCore import QObject, pyqtSignal
+
+from gui.worker import Cancelled, QtProgress, Runner
+
+
+def predict_all(ws, matches, job, lock, every_s: float = 0.5) -> list:
+    """Each match with ``delta_bytes``: bytes moved after applying it to a copy, minus now.
+
+    The same measurement as ``Session.transformations(predict=True)``, one
+    match at a time so the list fills in and a superseded job stops early.
+    Uses ``Session.predict(match)`` when the Session has it.
+    """
+    from dataclasses import replace
+    from workbench import transform
+    predict = getattr(ws, "predict", None)
+    with lock:
+        sdfg, weights = ws.sdfg, ws.model.weights
+        before = None if predict else ws.data_movement(sdfg).moved_bytes
+    out, last = [], time.monotonic()
+    for i, match in enumerate(matches):
+        if job.cancelled:
+            return out + list(matches[i:])
+        try:
+            with lock:
+                if predict is not None:
+                    match = predict(match)
+                else:
+                    trial = transform.apply_to_copy(sdfg, match, weights)
+                    match = replace(match, delta_bytes=ws.data_movement(trial).moved_bytes
+                                    - before)
+        except Exception:
+            pass  # a match that does not apply to a copy keeps no prediction
+        out.append(match)
+        if time.monotonic() - last > every_s:
+            job.report(out + list(matches[i + 1:]))
+            last = time.monotonic()
+    return out
+
+
+def describe_error(error: BaseException) -> str:
+    """One paragraph for a message box: typed errors already say what to do."""
+    from workbench.errors import WorkbenchError
+    if isinstance(error, WorkbenchError):
+        return str(error)
+    first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+    return (f"internal error ({type(error).__name__}: {first}). The session is unchanged; "
+            f"this is a workbench bug, please report it.")
+
+
+class Controller(QObject):
+    opened = pyqtSignal()               # a new session (or none)
+    changed = pyqtSignal()              # the SDFG or the history changed
+    selectionChanged = pyqtSignal()     # selection (identities) or focus changed
+    hovered = pyqtSignal(object)        # identities to highlight (tuple), () for none
+    matchesReady = pyqtSignal(object, bool)   # matches, predicted
+    built = pyqtSignal(object)          # workbench Build
+    verified = pyqtSignal(object)       # verification report
+    profiled = pyqtSignal(object)       # workbench Profile
+    analysed = pyqtSignal(object)       # (DataMovement, class table rows)
+    error = pyqtSignal(str, str)        # title, text
+    status = pyqtSignal(str)            # a status-bar message
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.progress = QtProgress()
+        self.lock = threading.RLock()   # held by any worker touching the Session
+        self.runner = Runner(self.progress, latest_wins=("matches", "layout", "analysis"))
+        self.analysis = None            # (DataMovement, class table) of the current step
+        self.ws = None
+        self.selection = ()             # identities of the selected nodes
+        self.focus = None               # the selected graph element (gui.graph_model item)
+        self.reports = {}               # step key -> verification report
+        self.last_build = None
+        self.last_profile = None
+        self.profile_repeat, self.profile_warmup = 10, 2
+        self.matches_state = "done"     # listing | predicting | done
+
+    # -- opening -------------------------------------------------------------
+    def open_model(self, model, on_done=None) -> None:
+        """Import ``model`` (a bundled name or an .onnx path) in a worker."""
+        import workbench
+
+        def work(job):
+            return workbench.open(model, progress=self.progress)
+        self._session_job(f"Opening {model}", work, lambda ws: self.set_session(ws, on_done),
+                          cancellable=True, error_title="Open failed")
+
+    def open_session_folder(self, folder, on_done=None) -> None:
+        import workbench
+
+        def work(job):
+            return workbench.open_session(folder, progress=self.progress)
+        self._session_job(f"Opening session {folder}", work,
+                          lambda ws: self.set_session(ws, on_done), cancellable=True,
+                          error_title="Open failed")
+
+    def set_session(self, ws, on_done=None):
+        """Show ``ws`` (opened here, or by the caller: the screenshot command)."""
+        if self.ws is not None and self.ws is not ws:
+            close = getattr(self.ws, "close", None) or getattr(self.ws, "_release", None)
+            try:
+                close()   # unload the old session's compiled library
+            except Exception:
+                pass
+        self.ws = ws
+        ws.progress = self.progress
+        self.selection, self.focus = (), None
+        self.reports, self.last_build, self.analysis = {}, None, None
+        profiles = getattr(ws, "profiles", None)
+        self.last_profile = profiles[-1] if profiles else None
+        self.opened.emit()
+        self.request_matches()
+        self.request_analysis()
+        if on_done:
+            on_done(ws)
+
+    # -- selection and matches -----------------------------------------------
+    def set_selection(self, idents, focus=None) -> None:
+        idents = tuple(sorted(set(idents)))
+        changed = idents != self.selection
+        self.selection, self.focus = idents, focus
+        self.selectionChanged.emit()
+        if changed:
+            self.request_matches()
+
+    def hover(self, idents) -> None:
+        self.hovered.emit(tuple(idents or ()))
+
+    def request_matches(self) -> None:
+        """List matches for the selection (or the whole graph), then predict each one.
+
+        Predictions fill in as they come (``matchesReady(matches, False)``
+        every half second) and stop early when a newer request supersedes
+        this one; ``matchesReady(matches, True)`` ends the listing.
+        """
+        ws, nodes = self.ws, (list(self.selection) or None)
+        self.matches_state = "listing"
+        if ws is None:
+            self.matches_state = "done"
+            self.matchesReady.emit([], True)
+            return
+
+        def work(job):
+            with self.lock:
+                matches = ws.transformations(nodes=nodes, predict=False)
+            job.report(matches)
+            return predict_all(ws, matches, job, self.lock)
+
+        def listed(matches):
+            self.matches_state = "predicting"
+            self.matchesReady.emit(matches, False)
+
+        def done(matches):
+            self.matches_state = "done"
+            self.matchesReady.emit(matches, True)
+        self.runner.submit("matches", "Listing transformations", work, on_done=done,
+                           on_error=lambda e: self._failed("Listing transformations failed", e),
+                           on_partial=listed)
+
+    def request_analysis(self) -> None:
+        """Data movement and the operator-class table of the current step."""
+        ws, prof = self.ws, self.last_profile
+        if ws is None:
+            return
+        runtime = dict(prof.per_operator) if prof is not None else None
+
+        def work(job):
+            with self.lock:
+                return ws.data_movement(), ws.class_table(runtime=runtime)
+
+        def done(result):
+            self.analysis = result
+            self.analysed.emit(result)
+        self.runner.submit("analysis", "Analysing data movement", work, on_done=done,
+                           on_error=lambda e: self._failed("Analysis failed", e))
+
+    # -- steps ---------------------------------------------------------------
+    def apply(self, match) -> None:
+        self._step(f"Applying {match.transformation}", lambda: self.ws.apply(match),
+                   "Transformation failed")
+
+    def undo(self) -> None:
+        self._step("Undo", lambda: self.ws.undo(), "Undo failed")
+
+    def redo(self) -> None:
+        self._step("Redo", lambda: self.ws.redo(), "Redo failed")
+
+    def goto(self, step: int) -> None:
+        self._step(f"Going to step {step}", lambda: self.ws.goto(step), "Going back failed")
+
+    def optimize(self, recipe, on_done=None) -> None:
+        def done(_):
+            if on_done:
+                on_done()
+        self._step(f"Recipe {recipe}", lambda: self.ws.optimize(recipe), "Recipe failed", done)
+
+    def _step(self, title, call, error_title, on_done=None):
+        if self.ws is None:
+            return
+
+        def done(result):
+            self.changed.emit()
+            self.request_matches()
+            self.request_analysis()
+            if on_done:
+                on_done(result)
+
+        def failed(error):
+            self.changed.emit()   # the session is as it was; a partial recipe keeps its steps
+            self.request_matches()
+            self.request_analysis()
+            self._failed(error_title, error)
+        self.runner.submit("session", title, lambda job: self._locked(call), on_done=done,
+                           on_error=failed)
+        if self.runner.current("session") is not None and self.runner.pending("session"):
+            self.status.emit(f"{title}: queued behind {self.runner.current('session').title}")
+
+    # -- build, verify, profile -------------------------------------------------
+    def verify(self, on_done=None) -> None:
+        self._measure(profile=False, on_done=on_done)
+
+    def profile(self, on_done=None) -> None:
+        self._measure(profile=True, on_done=on_done)
+
+    def build(self, on_done=None) -> None:
+        if self.ws is None:
+            return
+        ws = self.ws
+
+        def work(job):
+            return self._with_sources(ws, ws.build()), None, None
+        self._session_job("Building", work, lambda r: self.record(r, on_done),
+                          cancellable=True, error_title="Build failed")
+
+    def _measure(self, profile: bool, on_done=None):
+        if self.ws is None:
+            return
+        ws, repeat, warmup = self.ws, self.profile_repeat, self.profile_warmup
+
+        def work(job):
+            build = self._with_sources(ws, ws.build())
+            report = ws.verify()
+            prof = ws.profile(repeat=repeat, warmup=warmup) if profile else None
+            return build, report, prof
+        self._session_job("Profiling" if profile else "Verifying", work,
+                          lambda r: self.record(r, on_done), cancellable=True,
+                          error_title="Build failed")
+
+    @staticmethod
+    def _with_sources(ws, build):
+        from gui.code_panel import attach_source_map
+        return attach_source_map(ws, build)
+
+    def save_session(self, folder) -> None:
+        ws = self.ws
+        self._session_job("Saving session", lambda job: ws.save(folder),
+                          lambda _: self.status.emit(f"Session saved to {folder}"),
+                          error_title="Saving the session failed")
+
+    def record(self, result, on_done=None):
+        """Take (build, report, profile) results; any of them may be None."""
+        build, report, prof = result
+        if build is not None:
+            self.last_build = build
+            self.built.emit(build)
+        if report is not None:
+            self.reports[self.step_key()] = report
+            self.verified.emit(report)
+        if prof is not None:
+            self.last_profile = prof
+            self.profiled.emit(prof)
+            self.request_analysis()
+        if on_done:
+            on_done(result)
+
+    def cancel(self) -> bool:
+        if self.runner.cancel("session"):
+            self.status.emit(f"Cancelled {self.runner.current('session').title.lower()}; "
+                             "the result will be discarded")
+            return True
+        return False
+
+    # -- saving --------------------------------------------------------------
+    def save_recipe(self, path) -> None:
+        ws = self.ws
+        if hasattr(ws, "save_recipe"):
+            ws.save_recipe(path)
+            return
+        from workbench.recipe import save_recipe
+        keys = ("transformation", "where", "options", "expr_index", "description")
+        save_recipe(path, f"{ws.name}-steps",
+                    [{k: e[k] for k in keys if k in e} for e in ws.history])
+
+    def save_script(self, path) -> None:
+        self.ws.save_script(path)
+
+    # -- what the views ask -----------------------------------------------------
+    def step_key(self, position: int = None):
+        """Identifies the SDFG of a step even after undo and a different step."""
+        ws = self.ws
+        position = ws.position if position is None else position
+        entry = ws.history[position - 1] if 0 < position <= len(ws.history) else None
+        return position, (entry or {}).get("time")
+
+    def current_report(self):
+        return self.reports.get(self.step_key()) if self.ws is not None else None
+
+    def busy(self) -> bool:
+        return self.runner.busy("session")
+
+    def _locked(self, call, *args):
+        with self.lock:
+            return call(*args)
+
+    def _session_job(self, job_title, work, on_done, cancellable=False, error_title="Failed"):
+        self.runner.submit("session", job_title, lambda job: self._locked(work, job),
+                           on_done=on_done,
+                           on_error=lambda e: self._failed(error_title, e),
+                           cancellable=cancellable)
+
+    def _failed(self, title, error):
+        if isinstance(error, Cancelled):
+            return
+        from workbench.errors import WorkbenchError
+        if not isinstance(error, WorkbenchError):   # a bug: keep the traceback for the report
+            import sys
+            import traceback
+            sys.stderr.write(f"{title}:\n" + "".join(traceback.format_exception(
+                type(error), error, error.__traceback__)))
+        self.error.emit(title, describe_error(error))

@@ -1,0 +1,273 @@
+"""The main window: graph in the centre, panels in docks, menus, status bar.
+
+Every action goes through ``gui.controller.Controller``; the window itself
+only arranges panels, shows progress (with Cancel) and errors, and keeps
+the list of recent files (QSettings).
+"""
+import time
+from pathlib import Path
+
+from PyQt5.QtCore import QSettings, Qt
+from PyQt5.QtGui import QKeySequence
+from PyQt5.QtWidgets import (QAction, QApplication, QDockWidget, QFileDialog, QInputDialog, QLabel,
+                             QMainWindow, QMessageBox, QProgressBar, QPushButton)
+
+from gui.code_panel import CodePanel
+from gui.controller import Controller
+from gui.graph_view import GraphPanel
+from gui.history_panel import HistoryPanel
+from gui.profile_panel import ProfilePanel
+from gui.properties_panel import PropertiesPanel
+from gui.transform_panel import TransformPanel
+
+RECENT_MAX = 8
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, settings: QSettings = None):
+        super().__init__()
+        self.settings = settings or QSettings()
+        self.ctl = Controller(self)
+        self.last_error = None
+        self.setAcceptDrops(True)
+        self.resize(1600, 1000)
+
+        self.graph = GraphPanel(self.ctl)
+        self.setCentralWidget(self.graph)
+        self.transforms = TransformPanel(self.ctl)
+        self.history = HistoryPanel(self.ctl)
+        self.properties = PropertiesPanel(self.ctl)
+        self.code = CodePanel(self.ctl)
+        self.profile = ProfilePanel(self.ctl)
+        self.docks = {}
+        for name, widget, area in (("Transformations", self.transforms, Qt.LeftDockWidgetArea),
+                                   ("History", self.history, Qt.LeftDockWidgetArea),
+                                   ("Properties", self.properties, Qt.RightDockWidgetArea),
+                                   ("Generated code", self.code, Qt.RightDockWidgetArea),
+                                   ("Profiling", self.profile, Qt.BottomDockWidgetArea)):
+            dock = QDockWidget(name, self)
+            dock.setObjectName(name)
+            dock.setWidget(widget)
+            self.addDockWidget(area, dock)
+            self.docks[name] = dock
+        self.resizeDocks([self.docks["Transformations"], self.docks["Properties"]], [380, 420],
+                         Qt.Horizontal)
+        self.resizeDocks([self.docks["Transformations"], self.docks["History"]], [400, 250],
+                         Qt.Vertical)
+        self.resizeDocks([self.docks["Properties"], self.docks["Generated code"]], [240, 410],
+                         Qt.Vertical)
+        self.resizeDocks([self.docks["Profiling"]], [300], Qt.Vertical)
+
+        self._status_bar()
+        self._menus()
+        self.ctl.opened.connect(self._opened)
+        self.ctl.changed.connect(self.update_title)
+        self.ctl.verified.connect(self._verified)
+        self.ctl.error.connect(self.show_error)
+        self.ctl.status.connect(lambda text: self.statusBar().showMessage(text, 8000))
+        self.update_title()
+
+    # -- building the window -------------------------------------------------------
+    def _status_bar(self):
+        bar = self.statusBar()
+        self.verify_label = QLabel("")
+        self.phase_label = QLabel("")
+        self.progress_bar = QProgressBar()
+        self.progress_bar.setMaximumWidth(220)
+        self.progress_bar.setTextVisible(False)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.ctl.cancel)
+        for w in (self.verify_label, self.phase_label, self.progress_bar, self.cancel_button):
+            bar.addPermanentWidget(w)
+        self._set_busy(None)
+        runner, progress = self.ctl.runner, self.ctl.progress
+        runner.started.connect(lambda job: self._set_busy(job) if job.lane == "session" else None)
+        runner.finished.connect(lambda job: self._set_busy(runner.current("session")))
+        progress.phaseStarted.connect(self._phase)
+        progress.stepped.connect(self._stepped)
+
+    def _menus(self):
+        menu = self.menuBar().addMenu("&File")
+        self._action(menu, "&Open ONNX…", self.ask_open, QKeySequence.Open)
+        self.recent_menu = menu.addMenu("Open &Recent")
+        models = menu.addMenu("&Bundled Models")
+        import sdfg_models
+        for name in sdfg_models.names():
+            self._action(models, name, lambda _=False, n=name: self.open_model(n))
+        import workbench
+        if hasattr(workbench, "open_session"):
+            self._action(menu, "Open &Session Folder…", self.ask_open_session)
+        menu.addSeparator()
+        self._action(menu, "Save Session &As…", self.ask_save_session)
+        self._action(menu, "Save Re&cipe…", self.history.ask_save_recipe)
+        self._action(menu, "Save Scrip&t…", self.history.ask_save_script)
+        self._action(menu, "Save Screens&hot…", self.ask_screenshot)
+        menu.addSeparator()
+        self._action(menu, "&Quit", self.close, QKeySequence.Quit)
+        self._refresh_recent()
+
+        menu = self.menuBar().addMenu("&Edit")
+        self._action(menu, "&Undo", self.ctl.undo, [QKeySequence("Ctrl+Z")])
+        self._action(menu, "&Redo", self.ctl.redo,
+                     [QKeySequence("Ctrl+Shift+Z"), QKeySequence("Ctrl+Y")])
+        self._action(menu, "&Find Node", self._focus_find, QKeySequence.Find)
+        self._action(menu, "&Clear Selection", lambda: self.ctl.set_selection(()),
+                     QKeySequence("Ctrl+Shift+A"))
+
+        menu = self.menuBar().addMenu("&Run")
+        self.run_actions = [
+            self._action(menu, "&Verify", lambda: self.ctl.verify(), QKeySequence("Ctrl+R")),
+            self._action(menu, "&Profile", lambda: self.ctl.profile(), QKeySequence("F5")),
+            self._action(menu, "&Generate Code", lambda: self.ctl.build(), QKeySequence("Ctrl+B"))]
+        self._action(menu, "Apply Recipe…", self.ask_recipe)
+        self._action(menu, "&Cancel", self.ctl.cancel, QKeySequence("Esc"))
+
+        menu = self.menuBar().addMenu("&View")
+        self._action(menu, "&Fit Graph", self.graph.view.fit, QKeySequence("Ctrl+0"))
+        menu.addSeparator()
+        for dock in self.docks.values():
+            menu.addAction(dock.toggleViewAction())
+
+    def _action(self, menu, text, slot, shortcut=None):
+        action = QAction(text, self)
+        if isinstance(shortcut, list):
+            action.setShortcuts(shortcut)
+        elif shortcut is not None:
+            action.setShortcut(shortcut)
+        action.triggered.connect(lambda _=False: slot())
+        menu.addAction(action)
+        self.addAction(action)
+        return action
+
+    # -- opening ----------------------------------------------------------------
+    def open_model(self, model) -> None:
+        self.ctl.open_model(str(model), on_done=lambda ws: self._remember(str(model)))
+
+    def open_session(self, folder) -> None:
+        self.ctl.open_session_folder(str(folder), on_done=lambda ws: self._remember(str(folder)))
+
+    def ask_open(self):
+        path, _ = QFileDialog.getOpenFileName(self, "Open ONNX model", "", "ONNX (*.onnx);;All (*)")
+        if path:
+            self.open_model(path)
+
+    def ask_open_session(self):
+        folder = QFileDialog.getExistingDirectory(self, "Open session folder")
+        if folder:
+            self.open_session(folder)
+
+    def ask_save_session(self):
+        if self.ctl.ws is None:
+            return
+        folder = QFileDialog.getExistingDirectory(self, "Save session into folder")
+        if folder:
+            self.ctl.save_session(folder)
+
+    def ask_recipe(self):
+        from workbench.recipe import recipe_names
+        name, ok = QInputDialog.getItem(self, "Apply recipe", "Recipe name or .json path:",
+                                        recipe_names() or [""], 0, True)
+        if ok and name.strip():
+            self.ctl.optimize(name.strip())
+
+    def ask_screenshot(self):
+        path, _ = QFileDialog.getSaveFileName(self, "Save screenshot", "workbench.png",
+                                              "PNG (*.png)")
+        if path:
+            self.grab().save(path, "PNG")
+
+    def _remember(self, item: str):
+        recent = [r for r in (self.settings.value("recent", [], type=list) or []) if r != item]
+        self.settings.setValue("recent", [item] + recent[:RECENT_MAX - 1])
+        self._refresh_recent()
+
+    def _refresh_recent(self):
+        self.recent_menu.clear()
+        recent = self.settings.value("recent", [], type=list) or []
+        for item in recent:
+            opener = self.open_session if Path(item).is_dir() else self.open_model
+            self._action(self.recent_menu, item, lambda _=False, i=item, o=opener: o(i))
+        self.recent_menu.setEnabled(bool(recent))
+
+    def dragEnterEvent(self, event):
+        if any(u.toLocalFile().endswith(".onnx") for u in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event):
+        for url in event.mimeData().urls():
+            if url.toLocalFile().endswith(".onnx"):
+                self.open_model(url.toLocalFile())
+                event.acceptProposedAction()
+                return
+
+    # -- reacting ---------------------------------------------------------------
+    def _opened(self):
+        self.update_title()
+        self.statusBar().showMessage(f"Opened {self.ctl.ws.name}", 5000)
+
+    def _verified(self, report):
+        self.update_title()
+        worst = report.worst()
+        if report.match:
+            self.verify_label.setText(f"✓ verified: matches {report.reference}")
+            self.verify_label.setStyleSheet("color: #1a7f37;")
+        else:
+            self.verify_label.setText(f"✗ MISMATCH: {worst.name} max abs err "
+                                      f"{worst.max_abs_err:.3g}, rel {worst.max_rel_err:.3g}")
+            self.verify_label.setStyleSheet("color: #b42318; font-weight: bold;")
+
+    def update_title(self):
+        ws = self.ctl.ws
+        if ws is None:
+            self.setWindowTitle("DaCe Workbench")
+            return
+        report = self.ctl.current_report()
+        state = ("verified ✓" if report.match else "MISMATCH ✗") if report else "not verified"
+        self.setWindowTitle(f"{ws.name} — step {ws.position}/{len(ws.steps)} — {state} — "
+                            f"DaCe Workbench")
+        if report is None:
+            self.verify_label.setText("not verified")
+            self.verify_label.setStyleSheet("color: #777;")
+
+    def _set_busy(self, job):
+        busy = job is not None
+        self.progress_bar.setVisible(busy)
+        self.phase_label.setVisible(busy)
+        self.cancel_button.setVisible(busy)
+        self.cancel_button.setEnabled(busy and job.cancellable)
+        measuring = busy and job.cancellable
+        for w in self.run_actions if hasattr(self, "run_actions") else ():
+            w.setEnabled(not measuring)
+        for w in (self.profile.verify_button, self.profile.profile_button, self.code.build_button):
+            w.setEnabled(not measuring)
+        if busy:
+            self.phase_label.setText(job.title + "…")
+            self.progress_bar.setRange(0, 0)
+            self._job_started = time.perf_counter()
+
+    def _phase(self, name, total):
+        job = self.ctl.runner.current("session")
+        self.phase_label.setText(f"{job.title if job else ''}: {name}…")
+        self.progress_bar.setRange(0, total) if total else self.progress_bar.setRange(0, 0)
+
+    def _stepped(self, done, total, label):
+        if total:
+            self.progress_bar.setRange(0, total)
+            self.progress_bar.setValue(done)
+
+    def show_error(self, title, text):
+        self.last_error = (title, text)
+        self.statusBar().showMessage(f"{title}: {text.splitlines()[0][:200]}", 15000)
+        box = QMessageBox(QMessageBox.Warning, title, text, QMessageBox.Ok, self)
+        box.setAttribute(Qt.WA_DeleteOnClose)
+        box.open()   # not exec_(): the UI thread never blocks
+
+    def _focus_find(self):
+        self.graph.find.setFocus()
+        self.graph.find.selectAll()
+
+    def closeEvent(self, event):
+        self.statusBar().showMessage("Waiting for running jobs to stop…")
+        QApplication.processEvents()
+        self.ctl.runner.shutdown()
+        super().closeEvent(event)

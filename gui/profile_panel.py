@@ -1,0 +1,202 @@
+"""Profiling: verify/profile buttons, a matplotlib figure and the operator-class table.
+
+Left plot: per-operator time of the last profile (workbench, and
+onnxruntime where the profile has per-operator reference times). Right
+plot: total runtime at each history step profiled so far, with the
+onnxruntime baseline drawn across.
+"""
+import matplotlib
+
+matplotlib.use("Qt5Agg")
+from matplotlib.backends.backend_qt5agg import FigureCanvasQTAgg  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from PyQt5.QtCore import Qt  # noqa: E402
+from PyQt5.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QSpinBox,  # noqa: E402
+                             QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+
+from gui.graph_model import human_bytes  # noqa: E402
+from gui.history_panel import runtime_by_step  # noqa: E402
+
+TOP_OPERATORS = 12
+matplotlib.rcParams.update({"font.family": "DejaVu Sans", "font.size": 7.5})
+
+
+class ProfilePanel(QWidget):
+    def __init__(self, controller, parent=None):
+        super().__init__(parent)
+        self.ctl = controller
+        self.figure = Figure(figsize=(9, 2.6), dpi=100, tight_layout=True)
+        self.canvas = FigureCanvasQTAgg(self.figure)
+        grid = self.figure.add_gridspec(1, 2, width_ratios=(3, 2))
+        self.ax_ops = self.figure.add_subplot(grid[0])
+        self.ax_steps = self.figure.add_subplot(grid[1])
+        self.plotted = {"operators": 0, "steps": 0}   # what the figure holds (tests)
+
+        self.verify_button = QPushButton("Verify")
+        self.verify_button.setToolTip("Build, run and compare with onnxruntime")
+        self.profile_button = QPushButton("Profile")
+        self.profile_button.setToolTip("Build, verify and time the program and onnxruntime")
+        self.verify_button.clicked.connect(lambda: controller.verify())
+        self.profile_button.clicked.connect(lambda: controller.profile())
+        self.repeat = QSpinBox(minimum=1, maximum=1000, value=controller.profile_repeat)
+        self.repeat.setPrefix("runs ")
+        self.repeat.valueChanged.connect(lambda v: setattr(controller, "profile_repeat", v))
+        self.result = QLabel("Not verified yet.")
+        self.result.setWordWrap(True)
+        self.result.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.table = QTableWidget(0, 5)
+        self.table.setHorizontalHeaderLabels(["Operator class", "Ops", "FLOP %", "Bytes %",
+                                              "Time %"])
+        self.table.verticalHeader().setVisible(False)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.Stretch)
+        for c in range(1, 5):
+            header.setSectionResizeMode(c, QHeaderView.ResizeToContents)
+        self.table.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.movement = QLabel("")
+        self.movement.setWordWrap(True)
+
+        buttons = QHBoxLayout()
+        for w in (self.verify_button, self.profile_button, self.repeat):
+            buttons.addWidget(w)
+        buttons.addStretch(1)
+        side = QVBoxLayout()
+        side.setContentsMargins(0, 0, 0, 0)
+        side.addLayout(buttons)
+        side.addWidget(self.result)
+        side.addWidget(self.movement)
+        side.addWidget(self.table, 1)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(4, 4, 4, 4)
+        row.addWidget(self.canvas, 5)
+        side_widget = QWidget()
+        side_widget.setLayout(side)
+        side_widget.setMinimumWidth(360)
+        row.addWidget(side_widget, 2)
+
+        controller.opened.connect(self.refresh)
+        controller.changed.connect(self._changed)
+        controller.profiled.connect(lambda _: self.plot())
+        controller.verified.connect(lambda _: self.show_report())
+        controller.analysed.connect(self.show_analysis)
+        self.plot()
+
+    def refresh(self):
+        self.show_report()
+        self.plot()
+        self.table.setRowCount(0)
+
+    def _changed(self):
+        self.show_report()
+        self.plot()
+
+    # -- verification and classes ---------------------------------------------------
+    def show_report(self):
+        report = self.ctl.current_report() if self.ctl.ws is not None else None
+        if report is None:
+            self.result.setText("This step is not verified yet: press Verify or Profile.")
+            self.result.setStyleSheet("color: #555;")
+            return
+        worst = report.worst()
+        if report.match:
+            text = (f"✓ matches {report.reference} (worst {worst.name}: max abs err "
+                    f"{worst.max_abs_err:.2g}, rel {worst.max_rel_err:.2g})")
+            self.result.setStyleSheet("color: #1a7f37;")
+        else:
+            text = (f"✗ MISMATCH on {worst.name}: max abs err {worst.max_abs_err:.3g}, max rel "
+                    f"err {worst.max_rel_err:.3g} {worst.problem}".strip())
+            self.result.setStyleSheet("color: #b42318; font-weight: bold;")
+        self.result.setText(text)
+
+    def show_analysis(self, analysis):
+        movement, rows = analysis
+        self.movement.setText(f"Bytes moved {human_bytes(movement.moved_bytes)}, compulsory "
+                              f"{human_bytes(movement.compulsory_bytes)}, ratio "
+                              f"<b>{movement.ratio:.2f}</b>")
+        self.table.setRowCount(len(rows))
+        for r, row in enumerate(rows):
+            cells = [row["class"], str(row["operators"])] + [
+                "" if row.get(k) is None else f"{row[k]:.1f}"
+                for k in ("flops_pct", "bytes_pct", "runtime_pct")]
+            for c, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                if c:
+                    item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                self.table.setItem(r, c, item)
+        self.table.resizeRowsToContents()
+
+    # -- the figure ---------------------------------------------------------------
+    def plot(self):
+        prof = self.ctl.last_profile
+        ax = self.ax_ops
+        ax.clear()
+        ops = sorted((getattr(prof, "per_operator", None) or {}).items(), key=lambda kv: -kv[1])
+        ops = ops[:TOP_OPERATORS][::-1]
+        reference = getattr(prof, "reference_per_operator", None) or {}
+        if ops:
+            names = [_short(n) for n, _ in ops]
+            ys = range(len(ops))
+            h = 0.4 if reference else 0.7
+            ax.barh([y + (h / 2 if reference else 0) for y in ys], [ms for _, ms in ops], h,
+                    color="#3b7dd8", label="workbench")
+            if reference:
+                ax.barh([y - h / 2 for y in ys], [reference.get(n, 0) for n, _ in ops], h,
+                        color="#f39c12", label="onnxruntime")
+                ax.legend(loc="lower right", fontsize=7)
+            ax.set_yticks(list(ys))
+            ax.set_yticklabels(names, fontsize=6.5)
+            ax.set_xlabel("median ms per operator")
+            ax.set_title(f"Slowest operators (profile of step {prof.step})", fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "Press Profile to time the operators", ha="center", va="center",
+                    transform=ax.transAxes, color="#777")
+            ax.set_xticks([])
+            ax.set_yticks([])
+        self.plotted["operators"] = len(ops)
+
+        ax = self.ax_steps
+        ax.clear()
+        ws = self.ctl.ws
+        by_step = runtime_by_step(getattr(ws, "profiles", ()) if ws is not None else ())
+        if by_step:
+            steps = sorted(by_step)
+            ax.plot(steps, [by_step[s].total_ms for s in steps], "o-", color="#3b7dd8",
+                    label="workbench")
+            spread = [_quartiles(by_step[s]) for s in steps]
+            lows, highs = [q[0] for q in spread], [q[1] for q in spread]
+            ax.fill_between(steps, lows, highs, color="#3b7dd8", alpha=0.15, linewidth=0)
+            refs = [p.reference_ms for p in by_step.values() if p.reference_ms]
+            if refs:
+                ref = sorted(refs)[len(refs) // 2]
+                ax.axhline(ref, color="#f39c12", linestyle="--", linewidth=1.5,
+                           label=f"onnxruntime ({ref:.1f} ms)")
+            if ws is not None:
+                ax.axvline(ws.position, color="#999", linewidth=0.8, linestyle=":")
+            ax.set_xlabel("history step")
+            ax.set_ylabel("median ms")
+            last = max(steps + [ws.position if ws else 0])
+            ax.set_xticks(range(0, last + 1))
+            ax.set_xlim(-0.5, last + 0.5)
+            ax.legend(loc="upper right", fontsize=7)
+            ax.set_ylim(0, max(highs + refs + [by_step[s].total_ms for s in steps]) * 1.25)
+            ax.set_title("Total runtime per history step (median, quartiles)", fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "Runtime per step appears here", ha="center", va="center",
+                    transform=ax.transAxes, color="#777")
+            ax.set_xticks([])
+            ax.set_yticks([])
+        self.plotted["steps"] = len(by_step)
+        self.canvas.draw_idle()
+
+
+def _quartiles(prof):
+    """25th and 75th percentile of a profile's samples (min and max without samples)."""
+    import numpy as np
+    samples = getattr(prof, "samples_ms", None)
+    if samples:
+        return float(np.percentile(samples, 25)), float(np.percentile(samples, 75))
+    return prof.min_ms, prof.max_ms
+
+
+def _short(name: str, width: int = 28) -> str:
+    return name if len(name) <= width else "…" + name[-(width - 1):]

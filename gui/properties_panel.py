@@ -1,0 +1,157 @@
+"""Properties of the selected element: shapes, dtypes, memlet volume, ONNX attributes.
+
+With nothing selected it shows the model: inputs, outputs and data movement.
+"""
+from PyQt5.QtWidgets import QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
+from dace.sdfg import nodes as dn
+
+from gui.graph_model import GEdge, GNode, human_bytes
+
+
+def _array_rows(sdfg, name):
+    desc = sdfg.arrays.get(name)
+    if desc is None:
+        return [("array", f"{name} (not in this SDFG)")]
+    rows = [("shape", str(tuple(desc.shape))), ("dtype", str(desc.dtype.to_string())),
+            ("transient", str(desc.transient)), ("storage", str(desc.storage).split(".")[-1]),
+            ("lifetime", str(desc.lifetime).split(".")[-1])]
+    try:
+        rows.append(("size", human_bytes(int(desc.total_size) * desc.dtype.bytes)))
+    except (TypeError, ValueError):
+        rows.append(("size", f"{desc.total_size} × {desc.dtype.bytes} B"))
+    if getattr(desc, "strides", None) is not None:
+        rows.append(("strides", str(tuple(desc.strides))))
+    rows.append(("kind", type(desc).__name__))
+    return rows
+
+
+def _connections(g):
+    rows = []
+    for edge in g.state.in_edges(g.node):
+        if edge.data is not None and not edge.data.is_empty():
+            rows.append((f"in {edge.dst_conn or ''}".strip(), _memlet_text(edge, g.sdfg)))
+    for edge in g.state.out_edges(g.node):
+        if edge.data is not None and not edge.data.is_empty():
+            rows.append((f"out {edge.src_conn or ''}".strip(), _memlet_text(edge, g.sdfg)))
+    return rows
+
+
+def _memlet_text(edge, sdfg):
+    m = edge.data
+    desc = sdfg.arrays.get(m.data)
+    extra = f"  {desc.dtype.to_string()}{list(desc.shape)}" if desc is not None else ""
+    return f"{m}{extra}"
+
+
+def node_rows(g: GNode, ctl) -> list:
+    node = g.node
+    rows = [("identity", g.ident)]
+    if g.kind == "onnx":
+        rows += [("op type", node.op_type), ("ONNX name", node.onnx_name),
+                 ("implementation", str(node.implementation))]
+        rows += [(f"attr {k}", _short(v)) for k, v in sorted((node.attrs or {}).items())]
+        rows += _connections(g)
+    elif g.kind == "access":
+        rows += [("data", node.data)] + _array_rows(g.sdfg, node.data)
+    elif g.kind in ("mapentry", "mapexit"):
+        m = node.map
+        rows += [("map", m.label), ("params", ", ".join(m.params)), ("range", str(m.range)),
+                 ("schedule", str(m.schedule).split(".")[-1])] + _connections(g)
+    elif g.kind == "tasklet":
+        rows += [("tasklet", node.label), ("language", str(node.language).split(".")[-1]),
+                 ("code", node.code.as_string.strip())] + _connections(g)
+    elif g.kind == "nsdfg":
+        rows += [("nested SDFG", node.sdfg.name), ("states", str(len(list(node.sdfg.states())))),
+                 ("symbols", str(dict(node.symbol_mapping)))] + _connections(g)
+    else:
+        rows += [("type", type(node).__name__), ("label", getattr(node, "label", ""))]
+        if isinstance(node, dn.LibraryNode):
+            rows.append(("implementation", str(getattr(node, "implementation", ""))))
+        rows += _connections(g)
+    if g.operator:
+        rows.append(("operator", g.operator))
+        if ctl.analysis is not None:
+            moved = ctl.analysis[0].per_operator.get(g.operator)
+            if moved is not None:
+                rows.append(("operator bytes moved", human_bytes(moved)))
+        prof = ctl.last_profile
+        if prof is not None and g.operator in (prof.per_operator or {}):
+            rows.append(("operator time", f"{prof.per_operator[g.operator]:.3f} ms "
+                                          f"(profile of step {prof.step})"))
+    return rows
+
+
+def edge_rows(e: GEdge) -> list:
+    m = e.edge.data
+    rows = [("memlet", str(m)), ("data", str(m.data)), ("subset", str(m.subset)),
+            ("other subset", str(m.other_subset)), ("volume", str(m.volume)),
+            ("dynamic", str(m.dynamic)), ("wcr", str(m.wcr)),
+            ("bytes moved", human_bytes(e.bytes) if e.bytes is not None else "not counted "
+             "(inside a scope or not touching an array)"),
+            ("from", f"{e.edge.src} {e.edge.src_conn or ''}".strip()),
+            ("to", f"{e.edge.dst} {e.edge.dst_conn or ''}".strip())]
+    if m.data in e.sdfg.arrays:
+        rows += [(f"array {k}", v) for k, v in _array_rows(e.sdfg, m.data)]
+    return rows
+
+
+def model_rows(ctl) -> list:
+    ws = ctl.ws
+    rows = [("model", ws.name), ("step", f"{ws.position} of {len(ws.steps)}")]
+    for info in ws.inputs:
+        rows.append((f"input {info.onnx_name}", f"{info.dtype}{list(info.shape)}"))
+    for info in ws.outputs:
+        rows.append((f"output {info.onnx_name}", f"{info.dtype}{list(info.shape)}"))
+    if ctl.analysis is not None:
+        mv = ctl.analysis[0]
+        rows += [("bytes moved", human_bytes(mv.moved_bytes)),
+                 ("compulsory bytes", human_bytes(mv.compulsory_bytes)),
+                 ("ratio", f"{mv.ratio:.3f}")]
+    return rows
+
+
+def _short(value, width: int = 80) -> str:
+    text = str(value)
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+class PropertiesPanel(QWidget):
+    def __init__(self, controller, parent=None):
+        super().__init__(parent)
+        self.ctl = controller
+        self.tree = QTreeWidget()
+        self.tree.setHeaderLabels(["Property", "Value"])
+        self.tree.setRootIsDecorated(False)
+        self.tree.setColumnWidth(0, 130)
+        self.tree.setWordWrap(True)
+        col = QVBoxLayout(self)
+        col.setContentsMargins(4, 4, 4, 4)
+        col.addWidget(self.tree)
+        for signal in (controller.selectionChanged, controller.opened, controller.analysed,
+                       controller.profiled):
+            signal.connect(self.refresh)
+        controller.changed.connect(self._changed)
+
+    def _changed(self):
+        self.ctl.focus = None   # it belonged to the previous SDFG; the graph sets a new one
+        self.refresh()
+
+    def rows(self) -> list:
+        focus = self.ctl.focus
+        if self.ctl.ws is None:
+            return []
+        try:
+            if isinstance(focus, GNode):
+                return node_rows(focus, self.ctl)
+            if isinstance(focus, GEdge) and focus.edge is not None:
+                return edge_rows(focus)
+        except Exception as e:  # an odd node must not break the panel
+            return [("error", f"{type(e).__name__}: {e}")]
+        return model_rows(self.ctl)
+
+    def refresh(self, *_):
+        self.tree.clear()
+        for key, value in self.rows():
+            item = QTreeWidgetItem([key, value])
+            item.setToolTip(1, value)
+            self.tree.addTopLevelItem(item)

@@ -1,0 +1,90 @@
+"""Creating the QApplication the same way everywhere (window, screenshot, tests).
+
+Fonts are set explicitly: the offscreen platform defaults to DejaVu 12 pt and
+xcb to 9 pt, so without this a screenshot would not look like the window.
+"""
+import os
+import tempfile
+
+UI_FONT = ("DejaVu Sans", 9)
+_APP = []   # keeps the QApplication alive for the process
+MONO_FONT = ("DejaVu Sans Mono", 9)
+
+
+HEADLESS_PLATFORMS = ("offscreen", "minimal")
+
+
+def has_display() -> bool:
+    """True when a window can be shown: X11, Wayland, or a Qt platform that shows one.
+
+    ``QT_QPA_PLATFORM=offscreen`` (tests, CI) renders nowhere, so it does not
+    count: a window nobody can see or close would hang ``make run``.
+    """
+    platform = os.environ.get("QT_QPA_PLATFORM", "").split(":")[0]
+    if platform in HEADLESS_PLATFORMS:
+        return False
+    return bool(platform or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def wait_until(predicate, timeout_s: float = 60.0) -> bool:
+    """Process Qt events until ``predicate()`` holds (False on timeout)."""
+    import time
+    from PyQt5.QtCore import QEventLoop
+    from PyQt5.QtWidgets import QApplication
+    app = QApplication.instance()
+    end = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > end:
+            return False
+        app.processEvents(QEventLoop.AllEvents, 50)
+        time.sleep(0.005)
+    return True
+
+
+def ensure_app(offscreen: bool = False):
+    """The QApplication (created once); ``offscreen`` forces Qt's offscreen platform."""
+    if offscreen:
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        runtime = os.path.join(tempfile.gettempdir(), f"runtime-{os.getuid()}")
+        os.makedirs(runtime, mode=0o700, exist_ok=True)
+        os.environ["XDG_RUNTIME_DIR"] = runtime
+    from PyQt5.QtCore import Qt
+    from PyQt5.QtGui import QFont
+    from PyQt5.QtWidgets import QApplication
+    app = QApplication.instance()
+    if app is None:
+        QApplication.setAttribute(Qt.AA_EnableHighDpiScaling, True)
+        app = QApplication(["dace-workbench"])
+        app.setApplicationName("DaCe Workbench")
+        app.setOrganizationName("dace-workbench")
+        _APP.append(app)
+        _quiet_platform_warnings()
+    app.setFont(ui_font())
+    return app
+
+
+def ui_font(delta: float = 0.0):
+    from PyQt5.QtGui import QFont
+    font = QFont(UI_FONT[0])
+    font.setPointSizeF(UI_FONT[1] + delta)
+    return font
+
+
+def mono_font():
+    from PyQt5.QtGui import QFont
+    font = QFont(MONO_FONT[0])
+    font.setPointSizeF(MONO_FONT[1])
+    font.setStyleHint(QFont.Monospace)
+    return font
+
+
+def _quiet_platform_warnings():
+    """The offscreen plugin warns on every dock resize; keep other Qt messages."""
+    import sys
+    from PyQt5.QtCore import qInstallMessageHandler
+
+    def handler(mode, context, message):
+        if "propagateSizeHints" not in message:
+            sys.stderr.write(message + "\n")
+    qInstallMessageHandler(handler)

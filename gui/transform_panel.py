@@ -1,0 +1,210 @@
+"""Transformations: the matches for the selection (or the whole graph), by level.
+
+Each row is one match with the predicted change in bytes moved (filled in
+when the worker's prediction arrives). Hovering or selecting a row
+highlights its nodes in the graph; double-click or Apply applies it.
+"""
+from PyQt5.QtCore import QEvent, Qt
+from PyQt5.QtGui import QBrush, QColor, QFont
+from PyQt5.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QTabWidget, QTreeWidget,
+                             QTreeWidgetItem, QVBoxLayout, QWidget)
+
+from gui.graph_model import human_bytes
+
+LEVELS = ("local", "fusion", "layout", "global")
+
+
+def level_of(name: str) -> str:
+    from workbench import transform
+    try:
+        return transform.get(name).level
+    except Exception:
+        return "local"
+
+
+def _group(item) -> str:
+    return item.text(0).split(" ")[0]
+
+
+def match_items(tree) -> list:
+    """The rows of a level's tree that hold a match (children of the groups)."""
+    return [tree.topLevelItem(i).child(j) for i in range(tree.topLevelItemCount())
+            for j in range(tree.topLevelItem(i).childCount())]
+
+
+class TransformPanel(QWidget):
+    def __init__(self, controller, parent=None):
+        super().__init__(parent)
+        self.ctl = controller
+        self.matches_by_level = {level: [] for level in LEVELS}
+        self.predicted = False
+        self.collapsed = set()     # transformation groups the user folded
+        self.scope = QLabel("")
+        self.scope.setWordWrap(True)
+        self.tabs = QTabWidget()
+        self.trees = {}
+        for level in LEVELS:
+            tree = QTreeWidget()
+            tree.setHeaderLabels(["Transformation / match", "Δ bytes moved"])
+            tree.setAlternatingRowColors(True)
+            tree.setMouseTracking(True)
+            tree.setTextElideMode(Qt.ElideMiddle)
+            tree.setIndentation(12)
+            header = tree.header()
+            header.setStretchLastSection(False)
+            header.setSectionResizeMode(0, QHeaderView.Stretch)
+            header.setSectionResizeMode(1, QHeaderView.ResizeToContents)
+            tree.itemCollapsed.connect(lambda item: self.collapsed.add(_group(item)))
+            tree.itemExpanded.connect(lambda item: self.collapsed.discard(_group(item)))
+            tree.itemEntered.connect(self._entered)
+            tree.currentItemChanged.connect(self._current_changed)
+            tree.itemDoubleClicked.connect(lambda item, _col: self.apply_item(item))
+            tree.viewport().installEventFilter(self)
+            self.trees[level] = tree
+            self.tabs.addTab(tree, level)
+        self.tabs.currentChanged.connect(lambda _: self._current_changed(self.current_item()))
+        self.about = QLabel("Select nodes in the graph to see the matches that touch them.")
+        self.about.setWordWrap(True)
+        self.about.setStyleSheet("color: #333;")
+        self.apply_button = QPushButton("Apply")
+        self.apply_button.setEnabled(False)
+        self.apply_button.clicked.connect(lambda: self.apply_item(self.current_item()))
+        self.all_button = QPushButton("Whole graph")
+        self.all_button.setToolTip("Clear the selection and list every match")
+        self.all_button.clicked.connect(lambda: self.ctl.set_selection(()))
+        row = QHBoxLayout()
+        row.addWidget(self.all_button)
+        row.addStretch(1)
+        row.addWidget(self.apply_button)
+        col = QVBoxLayout(self)
+        col.setContentsMargins(4, 4, 4, 4)
+        col.addWidget(self.scope)
+        col.addWidget(self.tabs, 1)
+        col.addWidget(self.about)
+        col.addLayout(row)
+        controller.matchesReady.connect(self.show_matches)
+        controller.selectionChanged.connect(self._scope_text)
+        controller.opened.connect(self._scope_text)
+
+    def _scope_text(self):
+        n = len(self.ctl.selection)
+        where = "the whole graph" if not n else f"{n} selected node{'s' if n > 1 else ''}"
+        self.scope.setText(f"<b>Matches for {where}</b> "
+                           f"<span style='color:#777'>(listing…)</span>")
+
+    def show_matches(self, matches, predicted: bool) -> None:
+        keep = self.current_match()
+        self.predicted = predicted
+        self.matches_by_level = {level: [] for level in LEVELS}
+        for m in matches:
+            self.matches_by_level.setdefault(level_of(m.transformation), []).append(m)
+        for i, level in enumerate(LEVELS):
+            tree, found = self.trees[level], self.matches_by_level.get(level, [])
+            if predicted:
+                found.sort(key=lambda m: (m.delta_bytes is None, m.delta_bytes or 0))
+            groups = {}
+            for m in found:
+                groups.setdefault(m.transformation, []).append(m)
+            scroll = tree.verticalScrollBar().value()
+            tree.blockSignals(True)
+            tree.clear()
+            bold = QFont(tree.font())
+            bold.setBold(True)
+            for name, members in groups.items():
+                deltas = [m.delta_bytes for m in members if m.delta_bytes is not None]
+                best = min(deltas) if deltas else None
+                group = QTreeWidgetItem([f"{name}  ({len(members)})",
+                                         self._delta_text(best, "best ") if deltas else ""])
+                group.setFont(0, bold)
+                group.setToolTip(0, self._about(name))
+                self._colour(group, best)
+                tree.addTopLevelItem(group)
+                for m in members:
+                    item = QTreeWidgetItem([m.description or ", ".join(m.nodes),
+                                            self._delta_text(m.delta_bytes)])
+                    item.setData(0, Qt.UserRole, m)
+                    item.setToolTip(0, f"{m.description}\n" + "\n".join(m.nodes))
+                    self._colour(item, m.delta_bytes)
+                    group.addChild(item)
+                    if keep is not None and m == keep:
+                        tree.setCurrentItem(item)
+                group.setExpanded(name not in self.collapsed)
+            tree.verticalScrollBar().setValue(scroll)
+            tree.blockSignals(False)
+            self.tabs.setTabText(i, f"{level} ({len(found)})")
+        n = len(self.ctl.selection)
+        where = "the whole graph" if not n else f"{n} selected node{'s' if n > 1 else ''}"
+        state = "" if predicted else " <span style='color:#777'>(predicting bytes…)</span>"
+        self.scope.setText(f"<b>{len(matches)} matches for {where}</b>{state}")
+        self._current_changed(self.current_item())
+
+    def _delta_text(self, delta, prefix: str = "") -> str:
+        if delta is None:
+            return "…" if not self.predicted else "?"
+        return prefix + ("+" if delta > 0 else "") + human_bytes(delta)
+
+    @staticmethod
+    def _colour(item, delta):
+        item.setTextAlignment(1, Qt.AlignRight | Qt.AlignVCenter)
+        if delta:
+            item.setForeground(1, QBrush(QColor("#1a7f37" if delta < 0 else "#b42318")))
+
+    @staticmethod
+    def _about(name: str) -> str:
+        from workbench import transform
+        try:
+            return transform.get(name).description
+        except Exception:
+            return ""
+
+    # -- current match ---------------------------------------------------------
+    def current_item(self):
+        tree = self.tabs.currentWidget()
+        return tree.currentItem() if tree is not None else None
+
+    def current_match(self):
+        item = self.current_item()
+        return item.data(0, Qt.UserRole) if item is not None else None
+
+    def select_match(self, match) -> bool:
+        """Make ``match`` the current row (switching tab); for tests and scripting."""
+        tree = self.trees[level_of(match.transformation)]
+        for item in match_items(tree):
+            if item.data(0, Qt.UserRole) == match:
+                self.tabs.setCurrentWidget(tree)
+                tree.setCurrentItem(item)
+                return True
+        return False
+
+    def _current_changed(self, item, _previous=None):
+        match = item.data(0, Qt.UserRole) if item is not None else None
+        self.apply_button.setEnabled(match is not None)
+        if match is None:
+            name = item.text(0).split(" ")[0] if item is not None else ""
+            self.about.setText(f"<b>{name}</b> — {self._about(name)}" if name else
+                               "Select a match to see what it does; double-click to apply.")
+            self.ctl.hover(())
+            return
+        about = self._about(match.transformation)
+        delta = ("" if match.delta_bytes is None else
+                 f"<br>Predicted change in bytes moved: "
+                 f"<b>{self._delta_text(match.delta_bytes)}</b>")
+        self.about.setText(f"<b>{match.transformation}</b> — {about}<br>"
+                           f"<i>{match.description}</i>{delta}")
+        self.ctl.hover(match.nodes)
+
+    def _entered(self, item, _col):
+        match = item.data(0, Qt.UserRole)
+        if match is not None:
+            self.ctl.hover(match.nodes)
+
+    def eventFilter(self, obj, event):
+        if event.type() == QEvent.Leave:
+            current = self.current_match()
+            self.ctl.hover(current.nodes if current is not None else ())
+        return False
+
+    def apply_item(self, item) -> None:
+        match = item.data(0, Qt.UserRole) if item is not None else None
+        if match is not None:
+            self.ctl.apply(match)

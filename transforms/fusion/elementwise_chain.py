@@ -1,0 +1,132 @@
+"""ElementwiseChainFusion: a DAG of element-wise operators becomes one map.
+
+BERT's GELU (Div, Erf, Add, Mul, Mul) with the bias Add before it, the
+bias + residual Adds, and SiLU (Sigmoid, Mul) each write and re-read a full
+tensor per operator; fused, every intermediate stays a local variable of one
+tasklet and the chain reads its inputs and writes its outputs once.
+
+Rules:
+1. Members are element-wise operators (see ``program.py``: the table ops of
+   ``elementwise.py``, Clip, Gelu, Mean, earlier fused nodes) of one float
+   dtype.
+2. A producer and an element-wise consumer of its output join one group
+   when the consumer writes a tensor of the output's shape (a consumer that
+   broadcasts it would recompute the producer per element).
+3. A group must stay convex: no path leaves it and comes back (the fused
+   node would then depend on itself).
+4. A group of two or more operators becomes one ``FusedElementwise`` node.
+   An array a member writes stays an output of it when it is a graph
+   output, read in another state or read by a non-member; the other
+   intermediates disappear, and members read each other's values as locals.
+"""
+from dace.sdfg.utils import dfs_topological_sort
+
+from transforms.fusion import program as prog
+from transforms.graph import ident
+from workbench import nodeid
+from workbench.errors import TransformationError
+from workbench.ops.node import OnnxOp
+from workbench.transform import Transformation, register
+
+
+def candidate(sdfg, state, node) -> bool:
+    return prog.is_elementwise(node) and prog.dtype_of(sdfg, state, node) is not None
+
+
+def joins(sdfg, state, access, consumer, members) -> bool:
+    """Rule 2 for ``consumer`` reading the array ``access`` holds."""
+    return (consumer in members and state.in_degree(access) == 1
+            and prog.output_shape(sdfg, state, consumer) == tuple(sdfg.arrays[access.data].shape))
+
+
+def convex(state, group) -> bool:
+    """Rule 3: no operator outside ``group`` is both reached from it and reaches it.
+
+    The arrays members write are passed through: a member's output read by
+    another member is no way out of the group.
+    """
+    frontier = [o.dst for n in group for e in state.out_edges(n)
+                for o in state.out_edges(e.dst) if o.dst not in group]
+    seen = set()
+    while frontier:
+        node = frontier.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        for e in state.out_edges(node):
+            if e.dst in group:
+                return False
+            frontier.append(e.dst)
+    return True
+
+
+def groups(sdfg, state) -> list:
+    """Maximal groups (rules 1-3), each in dataflow order."""
+    order = list(dfs_topological_sort(state))
+    members = {n for n in order if isinstance(n, OnnxOp) and candidate(sdfg, state, n)}
+    group = {n: frozenset([n]) for n in members}
+    links = [(n, o.dst) for n in order if n in members for e in state.out_edges(n)
+             for o in state.out_edges(e.dst) if joins(sdfg, state, e.dst, o.dst, members)]
+    changed = True
+    while changed:  # a merge refused as not convex may become convex after others
+        changed = False
+        for producer, consumer in links:
+            merged = group[producer] | group[consumer]
+            if merged != group[producer] and convex(state, merged):
+                for n in merged:
+                    group[n] = merged
+                changed = True
+    distinct = {g for g in group.values() if len(g) > 1}
+    position = {n: k for k, n in enumerate(order)}
+    return [sorted(g, key=position.get)
+            for g in sorted(distinct, key=lambda g: min(position[n] for n in g))]
+
+
+def _neighbours(state, node, members) -> set:
+    """Members ``node`` reads from or is read by."""
+    producers = {a.src for e in state.in_edges(node) for a in state.in_edges(e.src)}
+    consumers = {o.dst for e in state.out_edges(node) for o in state.out_edges(e.dst)}
+    return (producers | consumers) & members
+
+
+def valid(sdfg, state, members) -> bool:
+    """Rules 1 and 3 for a given list of one output shape, connected through arrays
+    members produce and read."""
+    if len(members) < 2 or not all(candidate(sdfg, state, n) for n in members):
+        return False
+    if len({prog.output_shape(sdfg, state, n) for n in members}) != 1:
+        return False
+    reached, frontier = {members[0]}, [members[0]]
+    while frontier:
+        for n in _neighbours(state, frontier.pop(), set(members)) - reached:
+            reached.add(n)
+            frontier.append(n)
+    return len(reached) == len(members) and convex(state, set(members))
+
+
+@register
+class ElementwiseChainFusion(Transformation):
+    level = "fusion"
+    name = "ElementwiseChainFusion"
+    description = "Fuse a chain/DAG of element-wise operators into one map (no intermediates)"
+
+    def find(self, sdfg):
+        matches = []
+        for state in sdfg.states():
+            for members in groups(sdfg, state):
+                where = {f"op{k}": ident(sdfg, state, n) for k, n in enumerate(members)}
+                matches.append(self.match(where, f"fuse {prog.fused_name(members)} into one map"))
+        return matches
+
+    def apply(self, sdfg, match):
+        owner, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
+        members = list(roles.values())
+        if not valid(owner, state, members):
+            raise TransformationError(f"{match.description}: the operators can no longer fuse")
+        program = prog.compose(owner, state, members)
+        name = prog.fused_name(program.order)
+        node = OnnxOp(prog.unique_label(state, name), op_type=prog.FUSED, domain="workbench",
+                      onnx_name=name, attrs={"code": program.code},
+                      onnx_inputs=[c for c, _ in program.inputs],
+                      onnx_outputs=[c for c, _ in program.outputs])
+        prog.replace(owner, state, members, program, node)

@@ -1,0 +1,86 @@
+"""What GemmEpilogueFusion and ConvEpilogueFusion share: a core operator and the
+element-wise operator after it become one node that writes the product once.
+
+Rules:
+1. The core is one of the fused op type's core ops (MatMul, Gemm; Conv) or
+   an earlier node of the fused op type (the epilogues compose), of float32
+   or float64 data. A Gemm's ``beta * C`` moves into the epilogue.
+2. Its output is a transient written once, read only in this state, and
+   only by one element-wise operator (see ``program.py``, a fused one too)
+   with one output of the product's shape and dtype: an epilogue that
+   broadcast the product would have to recompute it.
+3. The new node keeps the core's implementation (BLAS stays BLAS).
+"""
+from transforms.fusion import program as prog
+from transforms.graph import ident, onnx_ops, readers_elsewhere
+from workbench import nodeid
+from workbench.errors import TransformationError
+from workbench.ops.node import OnnxOp
+from workbench.transform import Transformation
+
+
+def epilogue_of(sdfg, state, core):
+    """The element-wise operator that can become ``core``'s epilogue (rule 2), or None."""
+    if (len(state.out_edges(core)) != 1 or prog.dtype_of(sdfg, state, core) is None
+            or core.attrs.get("row")):  # a row operator must stay last
+        return None
+    product = state.out_edges(core)[0].dst
+    desc = sdfg.arrays[product.data]
+    consumers = {e.dst for e in state.out_edges(product)}
+    if not (desc.transient and state.in_degree(product) == 1 and len(consumers) == 1
+            and readers_elsewhere(sdfg, state, product.data) == 0
+            and sum(1 for n in state.data_nodes() if n.data == product.data) == 1):
+        return None
+    (epilogue,) = consumers
+    if (not prog.is_elementwise(epilogue) or len(state.out_edges(epilogue)) != 1
+            or prog.dtype_of(sdfg, state, epilogue) != desc.dtype
+            or prog.output_shape(sdfg, state, epilogue) != tuple(desc.shape)):
+        return None
+    return epilogue
+
+
+def core_op(core) -> tuple:
+    """(op type, attributes) of the inner node that computes the product."""
+    if core.op_type in prog.EPILOGUE_OPS:
+        return core.attrs["core"], core.attrs["core_attrs"]
+    if core.op_type == "Gemm":  # beta * C is in the epilogue now
+        return "Gemm", {k: v for k, v in core.attrs.items() if k in ("transA", "transB", "alpha")}
+    return core.op_type, core.attrs
+
+
+class EpilogueFusion(Transformation):
+    """Subclasses set ``fused_type`` (an op type of ``prog.EPILOGUE_OPS``)."""
+    fused_type = ""
+
+    def cores(self) -> set:
+        return set(prog.EPILOGUE_OPS[self.fused_type]) | {self.fused_type}
+
+    def find(self, sdfg):
+        matches = []
+        for state, core in onnx_ops(sdfg, self.cores()):
+            epilogue = epilogue_of(sdfg, state, core)
+            if epilogue is not None:
+                matches.append(self.match(
+                    {"core": ident(sdfg, state, core), "epilogue": ident(sdfg, state, epilogue)},
+                    f"fuse {epilogue.onnx_name} into {core.onnx_name} as its epilogue"))
+        return matches
+
+    def apply(self, sdfg, match):
+        owner, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
+        core, epilogue = roles["core"], roles["epilogue"]
+        if core.op_type not in self.cores() or epilogue_of(owner, state, core) is not epilogue:
+            raise TransformationError(f"{match.description}: no longer a core and its epilogue")
+        program = prog.compose(owner, state, [core, epilogue])
+        op_type, attrs = core_op(core)
+        feeds = prog.core_inputs(core)
+        name = prog.fused_name([core, epilogue])
+        node = OnnxOp(prog.unique_label(state, name), op_type=self.fused_type,
+                      domain="workbench", onnx_name=name, opset=core.opset,
+                      attrs={"core": op_type, "core_attrs": attrs, "core_inputs": feeds,
+                             "code": program.code},
+                      onnx_inputs=feeds + [c for c, _ in program.inputs],
+                      onnx_outputs=[c for c, _ in program.outputs])
+        node.implementation = core.implementation
+        sources = {e.dst_conn: e.src for e in state.in_edges(core)}
+        prog.replace(owner, state, [core, epilogue], program, node,
+                     extra_inputs=[(c, sources[c]) for c in feeds])

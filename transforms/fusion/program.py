@@ -1,0 +1,261 @@
+"""Element-wise programs: the tasklet code of element-wise nodes, composed into one.
+
+Shared by ElementwiseChainFusion and the epilogue fusions. A member node
+contributes assignments ``local = expression`` written with the expression
+table of ``workbench/ops/elementwise.py`` (or the code of an earlier fused
+node); ``compose`` strings the members together in dataflow order, so a
+value one member produces and another reads stays a local variable instead
+of an array. ``acc`` names the product of a core (MatMul, Gemm,
+MatMulStrided, Conv or an earlier GemmEpilogue/ConvEpilogue) whose epilogue
+is being composed.
+
+Rules:
+1. A member is an OnnxOp whose op type has a table expression (or a fused
+   node); every tensor it reads or writes has one dtype, float32 or float64.
+2. A scalar constant input (known at import, finite) is written into the
+   code as a literal of that dtype rather than read from memory.
+3. An array a member writes stays an output of the fused node when it is a
+   graph output, read in another state, or read by a non-member.
+"""
+import math
+import os
+import re
+from dataclasses import dataclass, field
+
+import dace
+from dace.sdfg import nodes
+from dace.sdfg.utils import dfs_topological_sort
+
+from transforms.graph import readers_elsewhere
+from workbench.errors import TransformationError
+from workbench.ops import elementwise as ew
+from workbench.ops.fused import EPILOGUE_OPS, program_lines
+from workbench.ops.node import OnnxOp
+from workbench.ops.registry import schema_defaults
+from workbench.ops.simd import FLOAT_TYPES, substitute
+
+FUSED = "FusedElementwise"
+CORES = {core for cores in EPILOGUE_OPS.values() for core in cores}
+
+
+def _attrs(node) -> dict:
+    return {**schema_defaults(node.op_type, node.opset), **node.attrs}
+
+
+def table_expression(node):
+    """(expression over placeholder names, the names bound to present inputs) or None."""
+    op, attrs = node.op_type, _attrs(node)
+    present = sum(1 for c in node.onnx_inputs if c)
+    if op in ew.UNARY:
+        return ew.UNARY[op].format(**attrs), ["x"]
+    if op in ew.BINARY:
+        return ew.BINARY[op], ["a", "b"]
+    names = [f"v{k}" for k in range(present)]
+    if op in ew.VARIADIC:
+        return _join(ew.VARIADIC[op], names), names
+    if op == "Mean":
+        return f"({' + '.join(names)}) / {present}", names
+    if op == "Gelu" and attrs.get("approximate", "none") in ew.GELU:
+        return ew.GELU[attrs.get("approximate", "none")], ["x"]
+    if op == "Clip":
+        return _clip(node, attrs)
+    return None
+
+
+def _join(joiner: str, names: list) -> str:
+    """Sum's ``" + "`` between the names, Max's ``max`` nested left to right."""
+    if joiner.strip() == "+":
+        return joiner.join(names)
+    code = names[0]
+    for name in names[1:]:
+        code = f"{joiner}({code}, {name})"
+    return code
+
+
+def _clip(node, attrs):
+    """As ``elementwise.clip``: NaN stays NaN, ``hi`` wins when ``lo > hi``."""
+    if node.opset < 11:
+        lo, hi, names = repr(float(attrs["min"])), repr(float(attrs["max"])), ["x"]
+    else:
+        have = [i for i in (1, 2) if i < len(node.onnx_inputs) and node.onnx_inputs[i]]
+        lo, hi = ("lo" if 1 in have else None), ("hi" if 2 in have else None)
+        names = ["x"] + [n for n in (lo, hi) if n]
+    code = "x"
+    if lo:
+        code = f"{lo} if x < {lo} else {code}"
+    if hi:
+        code = f"{hi} if x > {hi} else ({code})"
+    if lo and hi:
+        code = f"{hi} if {lo} > {hi} else ({code})"
+    return code, names
+
+
+def is_elementwise(node) -> bool:
+    """A table op, or a fused one that ends in no row operator (see RowEpilogueFusion)."""
+    if not isinstance(node, OnnxOp):
+        return False
+    if node.op_type == FUSED:
+        return not node.attrs.get("row")
+    return node.domain in ("", "ai.onnx") and table_expression(node) is not None
+
+
+def literal(node, position: int, dtype):
+    """The code literal of a finite scalar constant input, else None."""
+    value = node.consts.get(position)
+    if value is None or value.size != 1 or value.dtype.kind not in "fiub":
+        return None
+    number = float(value.reshape(-1)[0])
+    return f"dace.{dtype.to_string()}({number!r})" if math.isfinite(number) else None
+
+
+def dtype_of(sdfg, state, node):
+    """The one float dtype of every tensor ``node`` reads (literals aside) and writes, or None."""
+    types = {sdfg.arrays[e.dst.data].dtype for e in state.out_edges(node)}
+    for e in state.in_edges(node):
+        position = node.onnx_inputs.index(e.dst_conn) if e.dst_conn in node.onnx_inputs else -1
+        if position < 0 or literal(node, position, dace.float64) is None:
+            types.add(sdfg.arrays[e.src.data].dtype)
+    return types.pop() if len(types) == 1 and next(iter(types)) in FLOAT_TYPES else None
+
+
+def output_shape(sdfg, state, node):
+    return tuple(sdfg.arrays[state.out_edges(node)[0].dst.data].shape)
+
+
+def core_inputs(node) -> list:
+    """Connectors of a core (an operator an epilogue follows) that feed its product ``acc``."""
+    if node.op_type in EPILOGUE_OPS:
+        return list(node.attrs["core_inputs"])
+    present = [c for c in node.onnx_inputs if c]
+    if node.op_type == "Gemm":  # beta * C joins the epilogue
+        return node.onnx_inputs[:2]
+    return present if node.op_type in CORES else []
+
+
+def member_inputs(node) -> list:
+    """(connector, position) of the inputs a member's program reads."""
+    core = core_inputs(node)
+    return [(c, i) for i, c in enumerate(node.onnx_inputs) if c and c not in core]
+
+
+def member_code(node, operands: dict, outputs: dict, fresh) -> list:
+    """Lines computing ``node``'s outputs (connector -> local in ``outputs``) from
+    ``operands`` (connector -> code token); a core's product is ``acc``."""
+    if node.op_type == FUSED or node.op_type in EPILOGUE_OPS:
+        names = {**operands, **outputs}
+        lines = []
+        for lhs, rhs in program_lines(node.attrs["code"]):
+            if lhs not in names:  # a local of the earlier program
+                names[lhs] = fresh()
+            lines.append(f"{names[lhs]} = {substitute(rhs, names)}")
+        return lines
+    (out,) = outputs.values()
+    if node.op_type == "Gemm":
+        beta = float(_attrs(node).get("beta", 1.0))
+        c = next(iter(operands.values()), None)
+        bias = "" if c is None or beta == 0 else (f" + {c}" if beta == 1 else f" + {beta!r} * {c}")
+        return [f"{out} = acc{bias}"]
+    if node.op_type in CORES:
+        return [f"{out} = acc"]
+    expr, names = table_expression(node)
+    tokens = [operands[c] for c, _ in member_inputs(node)]
+    return [f"{out} = {substitute(expr, dict(zip(names, tokens)))}"]
+
+
+@dataclass
+class Program:
+    code: str = ""
+    inputs: list = field(default_factory=list)    # (connector, access node read)
+    outputs: list = field(default_factory=list)   # (connector, access node written)
+    internal: list = field(default_factory=list)  # access nodes that disappear
+    order: list = field(default_factory=list)     # the members in dataflow order
+
+
+def exported(sdfg, state, access, members) -> bool:
+    """Whether ``access`` must still be written when ``members`` become one node."""
+    return (not sdfg.arrays[access.data].transient
+            or readers_elsewhere(sdfg, state, access.data) > 0
+            or sum(1 for n in state.data_nodes() if n.data == access.data) > 1
+            or any(e.dst not in members for e in state.out_edges(access)))
+
+
+def compose(sdfg, state, members) -> Program:
+    """One program for ``members``; inputs are named x0.., outputs y0.."""
+    members = set(members)
+    order = [n for n in dfs_topological_sort(state) if n in members]
+    dtype = dtype_of(sdfg, state, order[-1])
+    counter = iter(range(10 ** 6))
+    fresh = lambda: f"t{next(counter)}"  # noqa: E731
+    local, inputs, lines, program = {}, {}, [], Program()
+    for node in order:
+        operands = {}
+        for e in state.in_edges(node):
+            conn = e.dst_conn
+            position = node.onnx_inputs.index(conn)
+            if (conn, position) not in member_inputs(node):
+                continue
+            if e.src.data in local:
+                operands[conn] = local[e.src.data]
+            elif literal(node, position, dtype):
+                operands[conn] = literal(node, position, dtype)
+            else:
+                if e.src.data not in inputs:
+                    inputs[e.src.data] = f"x{len(inputs)}"
+                    program.inputs.append((inputs[e.src.data], e.src))
+                operands[conn] = inputs[e.src.data]
+        outs = {}
+        for e in state.out_edges(node):
+            outs[e.src_conn] = local[e.dst.data] = fresh()
+        lines += member_code(node, operands, outs, fresh)
+        for e in state.out_edges(node):
+            if exported(sdfg, state, e.dst, members):
+                conn = f"y{len(program.outputs)}"
+                program.outputs.append((conn, e.dst))
+                lines.append(f"{conn} = {local[e.dst.data]}")
+            else:
+                program.internal.append(e.dst)
+    program.code = "\n".join(lines)
+    program.order = order
+    return program
+
+
+def fused_name(members) -> str:
+    """The members' ONNX names with their common path written once: /a/{b,c}."""
+    names = [n.onnx_name for n in members]
+    common = os.path.commonprefix(names)
+    prefix = common[:common.rfind("/") + 1]
+    return prefix + "{" + ",".join(n[len(prefix):] for n in names) + "}"
+
+
+def unique_label(state, name: str) -> str:
+    """A C identifier for a new node's label (DaCe names generated code after it)."""
+    label = re.sub(r"\W", "_", name).strip("_") or "fused"
+    taken = {n.label for n in state.nodes()}
+    k = 0
+    while (label if k == 0 else f"{label}_{k}") in taken:
+        k += 1
+    return label if k == 0 else f"{label}_{k}"
+
+
+def replace(sdfg, state, members, program: Program, node, extra_inputs=()) -> None:
+    """Put ``node`` in place of ``members``: wire the program's arrays, drop the internal ones."""
+    if not program.outputs:
+        raise TransformationError("nothing reads what the operators compute; nothing to fuse")
+    state.add_node(node)
+    for conn, access in list(extra_inputs) + program.inputs:
+        state.add_edge(access, None, node, conn,
+                       dace.Memlet.from_array(access.data, sdfg.arrays[access.data]))
+    for conn, access in program.outputs:
+        state.add_edge(node, conn, access, None,
+                       dace.Memlet.from_array(access.data, sdfg.arrays[access.data]))
+    sources = {e.src for m in members for e in state.in_edges(m)}
+    for member in members:
+        state.remove_node(member)
+    for access in sources:  # an inlined constant nothing reads any more
+        if access in state.nodes() and state.degree(access) == 0:
+            state.remove_node(access)
+    for access in program.internal:
+        state.remove_node(access)
+        if not any(isinstance(n, nodes.AccessNode) and n.data == access.data
+                   for s in sdfg.states() for n in s.nodes()):
+            sdfg.remove_data(access.data)

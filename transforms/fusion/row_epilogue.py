@@ -1,0 +1,119 @@
+"""RowEpilogueFusion: Softmax or LayerNorm over the last axis joins the fused node before it.
+
+BERT's attention scores leave their GemmEpilogue (scale, mask) only to be
+read back by the Softmax; each residual sum leaves its GemmEpilogue only to
+be read back by a LayerNorm. A row operator over the last axis can instead
+run inside the producer's row kernel: once a row's element-wise epilogue is
+written, the one-pass statistics and normalize sweeps run on it in place
+while it is in cache (``workbench/ops/onepass.py``), and the intermediate
+tensor disappears.
+
+Rules:
+1. The producer is a FusedElementwise with one output, a GemmEpilogue or a
+   ConvEpilogue, with no row operator yet.
+2. Its output is a transient written once, read only in this state and only
+   by the row operator: a Softmax or LogSoftmax whose axis is the last, or a
+   LayerNormalization with ``axis`` the last and without its optional Mean
+   and InvStdDev outputs, of float32/float64 data.
+3. The last dimension has more than one element; LayerNorm's scale and bias
+   are per-feature vectors of that length (or single values).
+4. The producer's node takes the row operator as its ``row`` attribute, its
+   scale and bias as new inputs, and writes the row operator's output.
+"""
+import dace
+
+from transforms.fusion import program as prog
+from transforms.graph import ident, in_array, onnx_ops, readers_elsewhere
+from workbench import nodeid
+from workbench.errors import TransformationError
+from workbench.ops.node import OnnxOp
+from workbench.ops.registry import schema_defaults
+from workbench.transform import Transformation, register
+
+ROW_OPS = ("Softmax", "LogSoftmax", "LayerNormalization")
+PRODUCERS = (prog.FUSED, *prog.EPILOGUE_OPS)
+
+
+def _row_params(sdfg, state, node, n):
+    """Connectors of LayerNorm's scale and bias if they are per-feature (rule 3), else None."""
+    conns = [c for c in node.onnx_inputs[1:3] if c]
+    for conn in conns:
+        shape = [s for s in sdfg.arrays[in_array(state, node, conn).data].shape]
+        while shape and shape[0] == 1:
+            shape.pop(0)
+        if shape not in ([], [n]):
+            return None
+    return conns
+
+
+def producer_of(sdfg, state, node):
+    """The fused node ``node`` can join (rules 1-3), or None."""
+    if node.op_type not in ROW_OPS or any(node.onnx_outputs[1:]):
+        return None
+    data = in_array(state, node, node.onnx_inputs[0])
+    desc = sdfg.arrays[data.data]
+    shape = tuple(desc.shape)
+    axis = {**schema_defaults(node.op_type, node.opset), **node.attrs}.get("axis", -1)
+    if axis % len(shape) != len(shape) - 1 or shape[-1] < 2 or desc.dtype not in prog.FLOAT_TYPES:
+        return None
+    if node.op_type == "LayerNormalization" and _row_params(sdfg, state, node, shape[-1]) is None:
+        return None
+    if not (desc.transient and state.in_degree(data) == 1 and state.out_degree(data) == 1
+            and readers_elsewhere(sdfg, state, data.data) == 0
+            and sum(1 for n in state.data_nodes() if n.data == data.data) == 1):
+        return None
+    producer = state.in_edges(data)[0].src
+    if (not isinstance(producer, OnnxOp) or producer.op_type not in PRODUCERS
+            or producer.attrs.get("row") or len(state.out_edges(producer)) != 1):
+        return None
+    return producer
+
+
+@register
+class RowEpilogueFusion(Transformation):
+    level = "fusion"
+    name = "RowEpilogueFusion"
+    description = "Run a last-axis Softmax/LayerNorm inside the fused node before it, row by row"
+
+    def find(self, sdfg):
+        matches = []
+        for state, node in onnx_ops(sdfg, set(ROW_OPS)):
+            producer = producer_of(sdfg, state, node)
+            if producer is not None:
+                matches.append(self.match(
+                    {"producer": ident(sdfg, state, producer), "row": ident(sdfg, state, node)},
+                    f"run {node.onnx_name} row by row inside {producer.onnx_name}"))
+        return matches
+
+    def apply(self, sdfg, match):
+        owner, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
+        producer, node = roles["producer"], roles["row"]
+        if producer_of(owner, state, node) is not producer:
+            raise TransformationError(f"{match.description}: no longer applies")
+        ins = [(e.dst_conn, e.src) for e in state.in_edges(producer)]
+        row = {"op": node.op_type, "scale": "", "bias": ""}
+        if node.op_type == "LayerNormalization":
+            attrs = {**schema_defaults(node.op_type, node.opset), **node.attrs}
+            row["epsilon"] = float(attrs["epsilon"])
+            n = owner.arrays[in_array(state, node, node.onnx_inputs[0]).data].shape[-1]
+            for role, conn in zip(("scale", "bias"), _row_params(owner, state, node, n)):
+                row[role] = f"r{role[0]}"  # new connectors: rs, rb
+                ins.append((row[role], in_array(state, node, conn)))
+        out_conn = producer.onnx_outputs[0]
+        middle = state.out_edges(producer)[0].dst
+        result = state.out_edges(node)[0].dst
+        name = prog.fused_name([producer, node])
+        fused = OnnxOp(prog.unique_label(state, name), op_type=producer.op_type,
+                       domain="workbench", onnx_name=name, opset=producer.opset,
+                       attrs={**producer.attrs, "row": row},
+                       onnx_inputs=[c for c, _ in ins], onnx_outputs=[out_conn])
+        fused.implementation = producer.implementation
+        state.add_node(fused)
+        for conn, access in ins:
+            state.add_edge(access, None, fused, conn,
+                           dace.Memlet.from_array(access.data, owner.arrays[access.data]))
+        state.add_edge(fused, out_conn, result, None,
+                       dace.Memlet.from_array(result.data, owner.arrays[result.data]))
+        for gone in (producer, node, middle):
+            state.remove_node(gone)
+        owner.remove_data(middle.data)

@@ -1,0 +1,140 @@
+"""ConstantFolding: an operator that reads only weights is computed once, now.
+
+Rules:
+1. Matches an ONNX-domain operator with at least one input, every input a
+   weight, and no random or graph-valued (If/Loop) semantics.
+2. Each of its outputs is a transient that no other node writes, used in
+   the main state only, of at most 2**26 elements; at least one is read
+   (an operator nobody reads is dead code; an unread output is dropped).
+3. It is evaluated with ``onnx.reference`` on the weights' values (small
+   constants in the ONNX shape recorded on the node, 0-d included); its
+   outputs become weights, and readers record small ones as constants
+   (implementations that need a value at build time can then use it).
+4. The operator goes; weights it read that nothing reads any more go too.
+Nothing reads or writes the folded operator's data at run time any more.
+"""
+import json
+
+import dace
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from transforms.graph import access_nodes, ident, onnx_ops
+from workbench import nodeid
+from workbench.errors import TransformationError
+from workbench.importer.fold import NON_DETERMINISTIC
+from workbench.importer.to_sdfg import MAX_RECORDED_CONST
+from workbench.transform import Transformation, register
+
+MAX_ELEMENTS = 1 << 26
+
+
+def _foldable(sdfg, state, node, weights) -> bool:
+    if node.domain not in ("", "ai.onnx") or node.op_type in NON_DETERMINISTIC:
+        return False
+    if "<graph>" in node.attrs.values() or not state.in_edges(node):
+        return False
+    if any(e.src.data not in weights for e in state.in_edges(node)):
+        return False
+    if not any(state.out_degree(e.dst) for e in state.out_edges(node)):
+        return False  # nobody reads it: dead code, not a constant
+    for e in state.out_edges(node):
+        desc = sdfg.arrays[e.dst.data]
+        writers = [w for s, n in access_nodes(sdfg, e.dst.data) for w in s.in_edges(n)]
+        if (not desc.transient or len(writers) != 1 or desc.total_size > MAX_ELEMENTS
+                or any(s is not state for s, _ in access_nodes(sdfg, e.dst.data))):
+            return False
+    return True
+
+
+def _attribute(name, value, schema):
+    if isinstance(value, dict) and "__tensor__" in value:
+        arr = np.array(value["values"], dtype=value["__tensor__"]).reshape(value["shape"])
+        return helper.make_attribute(name, numpy_helper.from_array(arr))
+    formal = schema.attributes.get(name) if schema is not None else None
+    return helper.make_attribute(name, value, attr_type=formal.type if formal else None)
+
+
+def evaluate(node, inputs: list) -> list:
+    """Outputs (ONNX order, None where absent) of ``node`` on ``inputs`` (None = absent)."""
+    from onnx.reference import ReferenceEvaluator
+    try:
+        schema = onnx.defs.get_schema(node.op_type, node.opset)
+    except Exception:
+        schema = None
+    in_names = [f"in{i}" if v is not None else "" for i, v in enumerate(inputs)]
+    out_names = [f"out{i}" if c else "" for i, c in enumerate(node.onnx_outputs)]
+    proto = helper.make_node(node.op_type, in_names, out_names)
+    proto.attribute.extend(_attribute(k, v, schema) for k, v in node.attrs.items())
+    feeds = {n: v for n, v in zip(in_names, inputs) if n}
+    try:
+        values = ReferenceEvaluator(proto, opsets={"": node.opset}).run(None, feeds)
+    except Exception as e:
+        raise TransformationError(f"onnx.reference cannot evaluate {node.onnx_name}: "
+                                  f"{type(e).__name__}: {e}") from e
+    values = iter(values)
+    return [np.asarray(next(values)) if n else None for n in out_names]
+
+
+def _record_const(node, position: int, value) -> None:
+    """Let a reader see a small folded input as a constant (like the importer)."""
+    if value.size > MAX_RECORDED_CONST or value.dtype.kind not in "biuf":
+        return
+    consts = json.loads(node.consts_json)
+    consts[str(position)] = {"dtype": value.dtype.str, "shape": list(value.shape),
+                             "values": value.ravel().tolist()}
+    node.consts_json = json.dumps(consts, sort_keys=True)
+
+
+@register
+class ConstantFolding(Transformation):
+    level = "global"
+    name = "ConstantFolding"
+    description = "Compute an operator whose inputs are all weights once, as a new weight"
+    needs_weights = True
+
+    def find(self, sdfg, weights=None):
+        weights = weights or {}  # without them nothing is known to be constant
+        return [self.match({"node": ident(sdfg, state, node)}, f"fold {node.onnx_name}")
+                for state, node in onnx_ops(sdfg) if _foldable(sdfg, state, node, weights)]
+
+    def apply(self, sdfg, match, weights=None):
+        _, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
+        node = roles["node"]
+        if not _foldable(sdfg, state, node, weights):
+            raise TransformationError(f"{node.onnx_name} can no longer be folded")
+        ins = {e.dst_conn: e.src for e in state.in_edges(node)}
+        consts = node.consts  # their shapes are ONNX's (a stored 0-d tensor has shape (1,))
+        values = [None if not conn else weights[ins[conn].data] for conn in node.onnx_inputs]
+        values = [v.reshape(consts[i].shape) if i in consts and v is not None else v
+                  for i, v in enumerate(values)]
+        results = evaluate(node, values)
+        outs = {e.src_conn: e.dst for e in state.out_edges(node)}
+        state.remove_node(node)
+        for conn, value in zip(node.onnx_outputs, results):
+            if not conn:
+                continue
+            access = outs[conn]
+            desc = sdfg.arrays[access.data]
+            if state.out_degree(access) == 0:  # an output nobody reads is not kept
+                state.remove_node(access)
+                sdfg.remove_data(access.data, validate=False)
+                continue
+            if value.size != desc.total_size:
+                raise TransformationError(f"{node.onnx_name} gave {value.shape} for {access.data}, "
+                                          f"which holds {tuple(desc.shape)}")
+            desc.transient = False  # now a weight, bound at call time
+            desc.lifetime = dace.AllocationLifetime.Scope
+            # C order: onnx.reference returns views (a Transpose is Fortran-ordered)
+            weights[access.data] = np.ascontiguousarray(
+                value.astype(desc.dtype.as_numpy_dtype()).reshape(desc.shape))
+            for e in state.out_edges(access):
+                if hasattr(e.dst, "onnx_inputs") and e.dst_conn in e.dst.onnx_inputs:
+                    _record_const(e.dst, e.dst.onnx_inputs.index(e.dst_conn), value)
+        for access in set(ins.values()):
+            if state.degree(access) == 0:
+                state.remove_node(access)
+            if not access_nodes(sdfg, access.data):
+                sdfg.remove_data(access.data, validate=False)
+                weights.pop(access.data, None)

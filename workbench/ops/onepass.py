@@ -1,0 +1,175 @@
+"""One-pass row kernels: Softmax, LogSoftmax and LayerNormalization (impl "onepass").
+
+The pure implementations (normalization.py) run one map per statistic and
+keep the statistics in arrays. Here one map runs over the rows (OpenMP over
+them) and each row is one C++ tasklet that loops over its elements:
+
+1. Softmax/LogSoftmax: a running max and sum in one sweep (per chunk of 64
+   elements: the chunk's max, the sum rescaled once to it, then the chunk's
+   exponentials; loops without branches, vectorized as in ``simd.py``),
+   then one normalize sweep. No exponential is stored.
+2. LayerNormalization: the sum and the sum of squares of ``x - x[0]`` in
+   double in one sweep (shifting by a sample keeps the variance exact when
+   the mean is large), then one normalize sweep.
+
+Cases these kernels do not cover (integer or float16 data, empty tensors, a
+scale that does not broadcast as a contiguous suffix of the row) fall back
+to the pure implementation, so choosing "onepass" never fails.
+"""
+import math
+
+import dace
+from dace.properties import CodeBlock
+
+from workbench.ops.normalization import layer_norm, softmax
+from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
+from workbench.ops.simd import FLOAT_TYPES, SIMD_MATH
+
+CHUNK = 64
+
+SOFTMAX_STATS = """
+{T} m_ = {x}[0];
+{T} s_ = 0;
+for (int c_ = 0; c_ < {n}; c_ += {chunk}) {{
+    const int e_ = c_ + {chunk} < {n} ? c_ + {chunk} : {n};
+    {T} cm_ = m_;
+    #pragma omp simd reduction(max: cm_)
+    for (int j_ = c_; j_ < e_; ++j_) cm_ = {x}[j_ * {stride}] > cm_ ? {x}[j_ * {stride}] : cm_;
+    s_ *= std::exp(m_ - cm_);
+    m_ = cm_;
+    #pragma omp simd reduction(+: s_)
+    for (int j_ = c_; j_ < e_; ++j_) s_ += std::exp({x}[j_ * {stride}] - m_);
+}}
+"""
+SOFTMAX_OUT = {
+    "Softmax": """const {T} r_ = {T}(1) / s_;
+#pragma omp simd
+for (int j_ = 0; j_ < {n}; ++j_) {y}[j_ * {stride}] = std::exp({x}[j_ * {stride}] - m_) * r_;""",
+    "LogSoftmax": """const {T} l_ = m_ + std::log(s_);
+#pragma omp simd
+for (int j_ = 0; j_ < {n}; ++j_) {y}[j_ * {stride}] = {x}[j_ * {stride}] - l_;""",
+}
+
+LAYERNORM = """
+const double k_ = {x}[0];
+double s1_ = 0, s2_ = 0;
+#pragma omp simd reduction(+: s1_, s2_)
+for (int j_ = 0; j_ < {n}; ++j_) {{
+    const double d_ = {x}[j_] - k_;
+    s1_ += d_;
+    s2_ += d_ * d_;
+}}
+const double md_ = s1_ / {n};
+const double var_ = s2_ / {n} - md_ * md_;
+const {T} mean_ = {T}(k_ + md_);
+const {T} inv_ = {T}(1.0 / std::sqrt((var_ > 0 ? var_ : 0.0) + {eps}));
+#pragma omp simd
+for (int j_ = 0; j_ < {n}; ++j_) {y}[j_] = ({x}[j_] - mean_) * inv_ * {scale}{bias};
+{stats}"""
+
+def softmax_row(op_type: str, ctype: str, n: int, x: str, y: str, stride: int = 1) -> str:
+    """C++ for one row: ``y`` = (Log)Softmax of ``x`` (row pointers, may be the same)."""
+    fields = dict(T=ctype, n=n, stride=stride, chunk=CHUNK, x=x, y=y)
+    return SOFTMAX_STATS.format(**fields) + SOFTMAX_OUT[op_type].format(**fields)
+
+
+def layernorm_row(ctype: str, n: int, eps: float, x: str, y: str, scale: str, bias: str = None,
+                  stats: str = "") -> str:
+    """C++ for one row: ``y`` = LayerNorm of ``x``; ``scale``/``bias`` are element
+    expressions of ``j_``; ``stats`` may store ``mean_`` and ``inv_``."""
+    return LAYERNORM.format(T=ctype, n=n, eps=repr(float(eps)), x=x, y=y, scale=scale,
+                            bias=f" + {bias}" if bias else "", stats=stats)
+
+
+def softmax_view(shape, axis: int, opset: int) -> tuple:
+    """(outer, n, inner): rows of ``n`` elements, ``inner`` apart."""
+    axis = axis + len(shape) if axis < 0 else axis
+    if opset >= 13:  # one axis
+        return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+    return math.prod(shape[:axis]), math.prod(shape[axis:]), 1  # coerced to 2-D at axis
+
+
+def _row_map(outer: int, inner: int):
+    """Map ranges over rows (size-1 ones left out) and the row subset's outer/inner index."""
+    ranges = {p: f"0:{n}" for p, n in (("o", outer), ("i", inner)) if n > 1} or {"o": "0:1"}
+    return ranges, ("o" if "o" in ranges else "0"), ("i" if "i" in ranges else "0")
+
+
+def softmax_onepass_supported(x_shape, dtype, axis: int, opset: int) -> bool:
+    view = softmax_view(x_shape, axis, opset)
+    return dtype in FLOAT_TYPES and 0 not in view and view[1] > 1  # rows of one: nothing to fuse
+
+
+@implements("Softmax", "LogSoftmax", impl="onepass")
+def softmax_onepass(call):
+    x, y = call.input(0), call.output(0)
+    dtype = call.dtype(x)
+    view = softmax_view(call.shape(x), call.attr("axis", -1), call.node.opset)
+    if not softmax_onepass_supported(call.shape(x), dtype, call.attr("axis", -1),
+                                     call.node.opset):
+        return softmax(call)
+    outer, n, inner = view
+    sdfg, state = connector_sdfg(call, f"{call.op_type.lower()}_onepass", {x: view, y: view})
+    ranges, o, i = _row_map(outer, inner)
+    code = softmax_row(call.op_type, dtype.ctype, n, "x", "y", inner)
+    tasklet, entry, _ = mapped_tasklet(
+        state, "row", ranges, {"x": dace.Memlet(f"{x}[{o}, 0:{n}, {i}]")}, code,
+        {"y": dace.Memlet(f"{y}[{o}, 0:{n}, {i}]")}, language=dace.Language.CPP)
+    tasklet.code_global = CodeBlock(SIMD_MATH, dace.Language.CPP)
+    entry.map.collapse = len(ranges)
+    return sdfg
+
+
+def _suffix_size(param_shape, row_shape):
+    """Size of a parameter that broadcasts against the row as a contiguous suffix, else None."""
+    dims = list(param_shape)
+    while dims and dims[0] == 1:
+        dims.pop(0)
+    if len(dims) > len(row_shape) or (dims and tuple(dims) != tuple(row_shape[-len(dims):])):
+        return None
+    return math.prod(dims)
+
+
+def layernorm_onepass_supported(x_shape, dtype, axis: int, param_shapes) -> bool:
+    axis = axis + len(x_shape) if axis < 0 else axis
+    row = x_shape[axis:]
+    return (dtype in FLOAT_TYPES and 0 not in x_shape and math.prod(row) > 1
+            and all(_suffix_size(s, row) is not None for s in param_shapes))
+
+
+@implements("LayerNormalization", impl="onepass")
+def layer_norm_onepass(call):
+    x, scale, bias, y = call.input(0), call.input(1), call.input(2), call.output(0)
+    shape, dtype = call.shape(x), call.dtype(x)
+    params = [call.shape(c) for c in (scale, bias) if c]
+    if not layernorm_onepass_supported(shape, dtype, call.attr("axis", -1), params):
+        return layer_norm(call)
+    axis = call.attr("axis", -1) % len(shape)
+    rows, n = math.prod(shape[:axis]), math.prod(shape[axis:])
+    sizes = {c: _suffix_size(call.shape(c), shape[axis:]) for c in (scale, bias) if c}
+    stats = {"mean_": call.output(1), "inv_": call.output(2)}  # local -> output
+    views = {x: (rows, n), y: (rows, n), **{c: (max(s, 1),) for c, s in sizes.items()},
+             **{c: (rows,) for c in stats.values() if c}}
+    sdfg, state = connector_sdfg(call, "layernorm_onepass", views)
+    ranges, r, _ = _row_map(rows, 1)
+    inputs = {"x": dace.Memlet(f"{x}[{r}, 0:{n}]")}
+    outputs = {"y": dace.Memlet(f"{y}[{r}, 0:{n}]")}
+    index = {}
+    for name, conn in (("scale", scale), ("bias", bias)):
+        if conn:
+            inputs[name] = dace.Memlet(f"{conn}[0:{max(sizes[conn], 1)}]")
+            size = sizes[conn]
+            # a one-element parameter is a scalar connector in C++
+            index[name] = f"{name}[j_]" if size == n else (name if size <= 1 else
+                                                           f"{name}[j_ % {size}]")
+    lines = []
+    for local, conn in stats.items():
+        if conn:
+            outputs[f"{local}out"] = dace.Memlet(f"{conn}[{r}]")
+            lines.append(f"{local}out = {local};")
+    code = layernorm_row(dtype.ctype, n, call.attr("epsilon", 1e-5), "x", "y", index["scale"],
+                         index.get("bias"), "\n".join(lines))
+    tasklet, _, _ = mapped_tasklet(state, "row", ranges, inputs, code, outputs,
+                                   language=dace.Language.CPP)
+    tasklet.code_global = CodeBlock(SIMD_MATH, dace.Language.CPP)
+    return sdfg
