@@ -1,0 +1,216 @@
+"""Pooling: MaxPool, AveragePool, LpPool and the global pools.
+
+A window pool is a reduction over a map of (output position, kernel tap)
+with a write-conflict resolution (max or sum) into the output, reading a
+padded copy of X (see window.py); AveragePool and LpPool then finish each
+output element in a second map.
+"""
+import math
+
+import dace
+import numpy as np
+
+from workbench.ops.accumulate import mapped_reduction, parallel
+from workbench.ops.reduce import refuse_float16
+from workbench.ops.registry import (connector_sdfg, implements, mapped_tasklet, np_dtype,
+                                     program_sdfg)
+from workbench.ops.window import (image_ranges, padded_input, ranges, sliding_window,
+                                  spatial_vars)
+
+_MAX = "lambda a, b: max(a, b)"
+_MIN = "lambda a, b: min(a, b)"
+_SUM = "lambda a, b: a + b"
+
+
+def _lowest(dtype) -> str:
+    """The identity of max for ``dtype``, as tasklet code."""
+    np_type = np_dtype(dtype)
+    return "-inf" if np_type.kind == "f" else str(np.iinfo(np_type).min)
+
+
+class _Pool:
+    """Names and ranges of one window pool node, shared by its maps."""
+
+    def __init__(self, call):
+        refuse_float16(call)
+        self.call = call
+        self.x, self.y = call.input(0), call.output(0)
+        self.xs, self.ys = call.shape(self.x), call.shape(self.y)
+        self.win = sliding_window(call, self.xs, self.ys, call.attr("kernel_shape"))
+        nsp = self.win.nsp
+        self.out, self.ker = spatial_vars("o", nsp), spatial_vars("k", nsp)
+        self.out_ranges = image_ranges(self.ys, self.out)
+        self.ker_ranges = ranges(self.ker, self.win.kernel)
+        self.sdfg, self.state = connector_sdfg(call, call.op_type.lower())
+
+    def at(self, array: str, spatial) -> str:
+        return f"{array}[n, c, {', '.join(spatial)}]"
+
+    def y_at(self) -> str:
+        return self.at(self.y, self.out)
+
+    def reduce(self, src: str, code: str, wcr: str, identity: str):
+        """``y`` of ``code`` over every tap, combined with ``wcr`` starting at ``identity``."""
+        init = self.sdfg.add_state_before(self.state, "init")
+        parallel(mapped_tasklet(init, "init", self.out_ranges, {}, f"o = {identity}",
+                                {"o": dace.Memlet(self.y_at())}))
+        taps = self.win.taps(self.out, self.ker)
+        mapped_reduction(self.state, "window", self.out_ranges, self.ker_ranges,
+                         {"v": dace.Memlet(self.at(src, taps))}, code,
+                         {"y": dace.Memlet(self.y_at(), wcr=wcr)})
+
+    def finish(self, code: str, inputs: dict = None, label: str = "finish"):
+        """Map over the output: ``o = code`` reading ``y`` (its reduced value)."""
+        state = self.sdfg.add_state_after(self.state, label)
+        self.state = state
+        parallel(mapped_tasklet(state, label, self.out_ranges,
+                                {"y": dace.Memlet(self.y_at()), **(inputs or {})}, f"o = {code}",
+                                {"o": dace.Memlet(self.y_at())}))
+
+
+@implements("MaxPool")
+def max_pool(call):
+    """Y[n, c, o] = max_k X[n, c, o * s + k * d - pad] over taps inside X."""
+    p = _Pool(call)
+    lowest = _lowest(call.dtype(p.x))
+    src = padded_input(p.sdfg, p.state, p.x, p.xs, p.win, lowest)
+    p.reduce(src, "y = v", _MAX, lowest)
+    if call.output(1) is not None:
+        _argmax(p, src)
+    return p.sdfg
+
+
+def _argmax(p: _Pool, src: str):
+    """Indices: the first tap (in scan order) that holds the max, as a flat index into X.
+
+    The smallest row-major index among the maximal taps is the first one;
+    storage_order=1 asks for the column-major index of the same element.
+    """
+    ind = p.call.output(1)
+    nsp, xs = p.win.nsp, p.xs
+    taps = p.win.taps(p.out, p.ker)
+    pos = [f"({t} - {b})" for t, b in zip(taps, p.win.begin)]
+    row_major = f"(n * {xs[1]} + c)"
+    for d in range(nsp):
+        row_major = f"({row_major} * {xs[2 + d]} + {pos[d]})"
+    state = p.sdfg.add_state_after(p.state, "argmax")
+    init = p.sdfg.add_state_before(state, "argmax_init")
+    parallel(mapped_tasklet(init, "argmax_init", p.out_ranges, {},
+                            f"o = {np.iinfo(np.int64).max}", {"o": dace.Memlet(p.at(ind, p.out))}))
+    mapped_reduction(state, "argmax", p.out_ranges, p.ker_ranges,
+                     {"v": dace.Memlet(p.at(src, taps)), "m": dace.Memlet(p.y_at())},
+                     f"i = {row_major} if ({p.win.inside(p.out, p.ker)}) and v == m "
+                     f"else {np.iinfo(np.int64).max}",
+                     {"i": dace.Memlet(p.at(ind, p.out), wcr=_MIN)})
+    if p.call.attr("storage_order", 0) == 1:
+        reorder = p.sdfg.add_state_after(state, "storage_order")
+        at = p.at(ind, p.out)
+        parallel(mapped_tasklet(reorder, "storage_order", p.out_ranges, {"r": dace.Memlet(at)},
+                                f"o = {_column_major('r', xs)}", {"o": dace.Memlet(at)}))
+
+
+def _column_major(r: str, xs) -> str:
+    """The row-major flat index ``r`` into X, with the spatial dims counted column-major.
+
+    (n, c) keep their place: index = (n * C + c) * S + sum_d pos_d * prod(spatial[:d]).
+    """
+    spatial = xs[2:]
+    size = math.prod(spatial)
+    digits = _digits(f"({r} % {size})", spatial)
+    terms = [f"{digits[d]} * {math.prod(spatial[:d])}" for d in range(len(spatial))]
+    return f"({r} / {size}) * {size} + " + " + ".join(terms)
+
+
+def _digits(r: str, shape) -> list:
+    """Tasklet code for the per-dim indices of row-major flat index ``r`` into ``shape``."""
+    digits, rest = [], r
+    for n in reversed(shape):
+        digits.insert(0, f"(({rest}) % {n})")
+        rest = f"(({rest}) / {n})"
+    return digits
+
+
+@implements("AveragePool")
+def average_pool(call):
+    """Y = sum of the taps / the number of taps inside X (or inside X and its pads)."""
+    p = _Pool(call)
+    src = padded_input(p.sdfg, p.state, p.x, p.xs, p.win, "0")
+    p.reduce(src, "y = v", _SUM, "0")
+    include_pad = bool(call.attr("count_include_pad", 0))
+    # Taps that count, per output position: a small reduction of its own.
+    count = "tap_count"
+    p.sdfg.add_transient(count, p.ys[2:] or (1,), dace.int64)
+    spatial = ", ".join(p.out) or "0"
+    count_state = p.sdfg.add_state_before(p.state, "count")
+    count_init = p.sdfg.add_state_before(count_state, "count_init")
+    parallel(mapped_tasklet(count_init, "count_init", ranges(p.out, p.ys[2:]), {}, "o = 0",
+                            {"o": dace.Memlet(f"{count}[{spatial}]")}))
+    mapped_reduction(count_state, "count", ranges(p.out, p.ys[2:]), p.ker_ranges,
+                     {}, f"o = 1 if ({p.win.inside(p.out, p.ker, include_pad)}) else 0",
+                     {"o": dace.Memlet(f"{count}[{spatial}]", wcr=_SUM)})
+    p.finish("y / k", {"k": dace.Memlet(f"{count}[{spatial}]")})
+    return p.sdfg
+
+
+@implements("LpPool")
+def lp_pool(call):
+    """Y = (sum over taps inside X of |x|^p)^(1/p); the pads add zeros."""
+    p = _Pool(call)
+    power = call.attr("p", 2)
+    src = padded_input(p.sdfg, p.state, p.x, p.xs, p.win, "0")
+    p.reduce(src, f"y = pow(abs(v), {power})", _SUM, "0")
+    p.finish(f"pow(y, {1.0 / power})")
+    return p.sdfg
+
+
+@implements("MaxUnpool")
+def max_unpool(call):
+    """Y = 0, then MaxPool's values go back where its Indices say.
+
+    Indices count positions in the unpooled shape the attributes imply; a larger
+    output_shape holds that block at its start (as the reference does).
+    """
+    refuse_float16(call)
+    x, ind, y = call.input(0), call.input(1), call.output(0)
+    xs, ys = call.shape(x), call.shape(y)
+    nsp = len(xs) - 2
+    strides = call.attr("strides") or [1] * nsp
+    pads = call.attr("pads") or [0] * (2 * nsp)
+    implied = tuple(xs[:2]) + tuple((n - 1) * s - pads[d] - pads[nsp + d] + k for d, (n, s, k) in
+                                    enumerate(zip(xs[2:], strides, call.attr("kernel_shape"))))
+    if any(i > o for i, o in zip(implied, ys)):
+        raise call.fail(f"output shape {ys} is smaller than the unpooled shape {implied}")
+    count, size = math.prod(xs), math.prod(ys)
+    sdfg, state = connector_sdfg(call, "max_unpool", {x: (count,), ind: (count,), y: (size,)})
+    if size:
+        parallel(mapped_tasklet(state, "zero", {"i": f"0:{size}"}, {}, "o = 0",
+                                {"o": dace.Memlet(f"{y}[i]")}))
+    if count and size:
+        position = "k"
+        if implied != tuple(ys):
+            position = "0"
+            for digit, n in zip(_digits("k", implied), ys):
+                position = f"({position}) * {n} + {digit}"
+        scatter = sdfg.add_state_after(state, "scatter")
+        mapped_tasklet(scatter, "scatter", {"i": f"0:{count}"},
+                       {"v": dace.Memlet(f"{x}[i]"), "k": dace.Memlet(f"{ind}[i]")},
+                       f"o[{position}] = v",
+                       {"o": dace.Memlet(f"{y}[0:{size}]", volume=1, dynamic=True)})
+    return sdfg
+
+
+@implements("GlobalAveragePool", "GlobalMaxPool")
+def global_pool(call):
+    refuse_float16(call)
+    x, y = call.input(0), call.output(0)
+    xs = call.shape(x)
+    rows, cols = xs[0] * xs[1], math.prod(xs[2:])
+
+    def mean_body(X, Y):
+        Y[:] = np.mean(X, axis=1)
+
+    def max_body(X, Y):
+        Y[:] = np.max(X, axis=1)
+
+    body = mean_body if call.op_type == "GlobalAveragePool" else max_body
+    return program_sdfg(call, body, {x: (rows, cols), y: (rows,)})
