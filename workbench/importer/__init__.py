@@ -51,12 +51,12 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
         inferred = infer_shapes(fixed)
     with progress.phase("constant folding"):
         shapes = {name: shape for name, (_, shape) in tensor_types(inferred).items()}
-        folded, n_folded = fold_constants(inferred, shapes, evaluate=fold)
-        folded = infer_shapes(folded)
+        folded, n_folded, known = fold_constants(inferred, shapes, evaluate=fold)
+        folded = infer_shapes(folded, known)
     with progress.phase("build SDFG"):
         sdfg_name = c_identifier(f"wb_{name}", set())
         sdfg, inputs, outputs, weights = build_sdfg(folded, tensor_types(folded), sdfg_name,
-                                                    prefer_blas)
+                                                    prefer_blas, known)
     stats = {"nodes_in": len(model.graph.node), "nodes_folded": n_folded,
              "nodes": len(folded.graph.node)}
     return ImportedModel(name, sdfg, inputs, outputs, weights, fixed, folded, stats)

@@ -21,9 +21,16 @@ NON_DETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "Rando
 
 def fold_constants(model: onnx.ModelProto, static_shapes: dict, max_elements: int = 1 << 26,
                    evaluate: bool = True):
-    """Return (folded model, number of nodes folded)."""
+    """Return (folded model, number of nodes folded, known values).
+
+    Known values are the outputs of kept nodes whose inputs are all known
+    (with ``evaluate`` off, or for graph outputs): the node still runs as
+    compiled code, but its output's shape and (small) value are known at
+    import, e.g. axes computed by Range(Size(Shape(x))).
+    """
     graph = model.graph
     consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    known = {}
     outputs = {o.name for o in graph.output}
     opset = {o.domain: o.version for o in model.opset_import}
     kept, folded = [], 0
@@ -33,6 +40,11 @@ def fold_constants(model: onnx.ModelProto, static_shapes: dict, max_elements: in
             values = _try_fold(node, consts, static_shapes, opset, max_elements, evaluate)
         if values is None:
             kept.append(node)
+            values = _try_fold(node, {**consts, **known}, static_shapes, opset,
+                               KNOWN_MAX_ELEMENTS, True)
+            for name, value in zip(node.output, values or ()):
+                if name and value is not None:
+                    known[name] = np.asarray(value)
             continue
         folded += 1
         for name, value in zip(node.output, values):
@@ -49,7 +61,11 @@ def fold_constants(model: onnx.ModelProto, static_shapes: dict, max_elements: in
     keep_inputs = [i for i in new.graph.input if i.name not in consts or i.name in inits]
     del new.graph.input[:]
     new.graph.input.extend(keep_inputs)
-    return new, folded
+    return new, folded, known
+
+
+# Values of kept nodes are evaluated (for shapes and small constants) up to this size.
+KNOWN_MAX_ELEMENTS = 1 << 16
 
 
 def _try_fold(node, consts, static_shapes, opset, max_elements, evaluate):

@@ -66,19 +66,54 @@ def fix_input_shapes(model: onnx.ModelProto, given: dict = None) -> onnx.ModelPr
     return model
 
 
-def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Run onnxruntime's symbolic shape inference, else onnx's own."""
+def infer_shapes(model: onnx.ModelProto, hints: dict = None) -> onnx.ModelProto:
+    """Static shapes from both inference engines, each filling the other's gaps.
+
+    onnx's own inference (with data propagation) is right on the cases where
+    onnxruntime's symbolic one is wrong (negative-step Slice, uneven Split,
+    GatherND batch_dims, Reshape allowzero, OneHot); the symbolic one knows
+    far more tensors of real exports (BERT's mask plumbing). A tensor takes
+    onnx's static shape when it has one, else the symbolic one; the model's
+    own declared static shapes fill what both leave open. ``hints`` (name ->
+    value computed at import) override all of them.
+    """
+    symbolic = exact = None
     try:
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-        inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=False)
-        if inferred is not None:
-            return inferred
+        symbolic = SymbolicShapeInference.infer_shapes(model, auto_merge=False)
     except Exception as e:  # it asserts on some exports (legacy ViT)
-        log.info("symbolic shape inference failed (%s); using onnx.shape_inference", e)
+        log.info("symbolic shape inference failed (%s)", e)
     try:
-        return onnx.shape_inference.infer_shapes(model, data_prop=True)
+        exact = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception as e:
-        raise ShapeError(f"shape inference failed: {str(e).splitlines()[0][:300]}") from None
+        log.info("onnx shape inference failed (%s)", e)
+    if symbolic is None and exact is None:
+        raise ShapeError("shape inference failed with both onnxruntime's symbolic and onnx's "
+                         "inference; check the model with onnx.checker (full_check=True).")
+    base = symbolic if symbolic is not None else exact
+    merged = _copy(base)
+    known = {}
+    for source in (model, symbolic, exact):  # later sources win
+        if source is None:
+            continue
+        for name, (elem, shape) in tensor_types(source).items():
+            if shape is not None and elem:
+                known[name] = (elem, shape)
+    for name, value in (hints or {}).items():
+        elem = onnx.helper.np_dtype_to_tensor_dtype(value.dtype) if value.dtype.kind in "biuf" \
+            else None
+        if elem:
+            known[name] = (elem, tuple(int(d) for d in value.shape))
+    outputs = {o.name for o in merged.graph.output}
+    inputs = {i.name for i in merged.graph.input}
+    del merged.graph.value_info[:]
+    for name, (elem, shape) in known.items():
+        if name in outputs:
+            target = next(o for o in merged.graph.output if o.name == name)
+            target.type.CopyFrom(onnx.helper.make_tensor_type_proto(elem, shape))
+        elif name not in inputs:
+            merged.graph.value_info.append(onnx.helper.make_tensor_value_info(name, elem, shape))
+    return merged
 
 
 def tensor_types(model: onnx.ModelProto) -> dict:

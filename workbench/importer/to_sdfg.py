@@ -102,12 +102,13 @@ def connector_names(node: onnx.NodeProto, opset: int):
 MAX_RECORDED_CONST = 4096
 
 
-def constant_inputs(node: onnx.NodeProto, inits: dict) -> dict:
+def constant_inputs(node: onnx.NodeProto, inits: dict, known: dict = None) -> dict:
+    """Small constant inputs (initializers, or values known at import) by position."""
     consts = {}
     for pos, name in enumerate(node.input):
         t = inits.get(name)
-        if t is not None and np.prod(t.dims, dtype=np.int64) <= MAX_RECORDED_CONST:
-            arr = numpy_helper.to_array(t)
+        arr = numpy_helper.to_array(t) if t is not None else (known or {}).get(name)
+        if arr is not None and arr.size <= MAX_RECORDED_CONST:
             if arr.dtype.kind in "biuf":
                 consts[str(pos)] = {"dtype": arr.dtype.str, "shape": list(arr.shape),
                                     "values": arr.ravel().tolist()}
@@ -131,7 +132,8 @@ def attributes_json(node: onnx.NodeProto) -> dict:
     return attrs
 
 
-def build_sdfg(model: onnx.ModelProto, types: dict, name: str, prefer_blas: bool):
+def build_sdfg(model: onnx.ModelProto, types: dict, name: str, prefer_blas: bool,
+               known: dict = None):
     """Return (sdfg, inputs, outputs, weights) for a folded, shape-inferred model.
 
     ``types`` maps tensor name -> (onnx elem type, static shape).
@@ -180,7 +182,7 @@ def build_sdfg(model: onnx.ModelProto, types: dict, name: str, prefer_blas: bool
         lib = OnnxOp(c_identifier(onnx_name, node_names), op_type=node.op_type,
                      domain=node.domain, onnx_name=onnx_name,
                      opset=opset, attrs=attributes_json(node), onnx_inputs=ins, onnx_outputs=outs,
-                     consts=constant_inputs(node, inits))
+                     consts=constant_inputs(node, inits, known))
         impls = registry.implementations_of(node.op_type)
         lib.implementation = "blas" if prefer_blas and "blas" in impls else "pure"
         state.add_node(lib)
