@@ -25,7 +25,8 @@ def case_model(op_type: str, case: Case):
         node_inputs = [rename(n) for n in node_inputs]
     model = single_node_model(
         op_type, {rename(n): v for n, v in case.inputs.items()}, case.attrs,
-        outputs=[rename(n) for n in case.outputs], opset=case.opset,
+        outputs=({rename(n): t for n, t in case.outputs.items()} if isinstance(case.outputs, dict)
+                 else [rename(n) for n in case.outputs]), opset=case.opset,
         initializers={rename(n): v for n, v in case.init.items()}, node_inputs=node_inputs,
         name=f"{op_type}_{case.id}")
     return model, {rename(n): v for n, v in case.inputs.items()}

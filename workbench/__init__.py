@@ -8,6 +8,7 @@ from pathlib import Path
 from workbench.errors import (BadInputError, BuildError, CheckFailed, ModelLoadError,
                               UnknownModelError, UnsupportedCaseError, UnsupportedOpError,
                               WorkbenchError)
+from workbench import threads  # noqa: F401 (OpenMP settings before any program loads)
 from workbench.progress import SILENT
 
 __all__ = ["open", "open_session", "from_torch", "resolve_model", "Session", "WorkbenchError", "BadInputError", "CheckFailed",

@@ -177,12 +177,15 @@ CASES = {
                 "sizes": np.array([1, 1, 3, 3], np.int64)},
           node_inputs=["x", "roi", "", "sizes"], opset=19),
         C("linear_antialias", {"x": rand(1, 1, 6, 6)}, {"mode": "linear", "antialias": 1},
-          init={"roi": np.zeros(0, np.float32), "scales": f32(1, 1, 0.5, 0.6)}, opset=19)],
-    # Upsample-9 takes scales as an input, which the importer cannot yet shape (see report).
+          init={"roi": np.zeros(0, np.float32), "scales": f32(1, 1, 0.5, 0.6)}, opset=19),
+        C("axes_not_larger", {"x": rand(1, 2, 4, 6)},
+          {"mode": "nearest", "axes": [3, 2], "keep_aspect_ratio_policy": "not_larger"},
+          init={"sizes": np.array([9, 5], np.int64)}, node_inputs=["x", "", "", "sizes"],
+          opset=19)],
     "Upsample": [
-        C("nearest", {"x": rand(1, 2, 2, 3)}, {"scales": [1.0, 1.0, 2.0, 1.5]}, opset=7),
-        C("linear", {"x": rand(1, 1, 3, 3)}, {"scales": [1.0, 1.0, 2.0, 3.0], "mode": "linear"},
-          opset=7)],
+        C("nearest", {"x": rand(1, 2, 2, 3)}, init={"scales": f32(1, 1, 2, 1.5)}, opset=9),
+        C("linear", {"x": rand(1, 1, 3, 3)}, {"mode": "linear"},
+          init={"scales": f32(1, 1, 2, 3)}, opset=9)],
     # -- attention --------------------------------------------------------------
     "Attention": [
         C("4d", {"q": rand(2, 3, 4, 8), "k": rand(2, 3, 6, 8), "v": rand(2, 3, 6, 5)}, opset=23),

@@ -48,9 +48,37 @@ class Build:
 
 def session_build_folder(session_id: str) -> Path:
     """A build folder owned by this process and session only."""
+    _prune_dead_processes()
     folder = cache_dir() / "builds" / f"{os.getpid()}-{session_id}"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+_pruned = False
+
+
+def _prune_dead_processes() -> None:
+    """Once per process: remove build folders whose process has ended (~0.7 MB each;
+    nobody can reuse them, as folders are never shared between processes)."""
+    global _pruned
+    if _pruned:
+        return
+    _pruned = True
+    import shutil
+    for folder in (cache_dir() / "builds").glob("*-*"):
+        pid = folder.name.split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def simplify_program(program: dace.SDFG) -> None:

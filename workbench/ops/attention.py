@@ -18,7 +18,7 @@ import dace
 import numpy as np
 
 from workbench.ops.accumulate import mapped_reduction, parallel
-from workbench.ops.index_maps import offset, whole
+from workbench.ops.index_maps import whole
 from workbench.ops.reduce import refuse_float16
 from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet, np_dtype
 
@@ -28,24 +28,26 @@ _PRECISION = {1: dace.float32, 11: dace.float64}  # softmax_precision (ONNX dtyp
 
 
 class _Layout:
-    """Where element (b, head, position, d) of a 3-D or 4-D attention tensor lives."""
+    """Where element (b, head, position, d) of a 3-D or 4-D attention tensor lives.
+
+    A 3-D tensor (batch, seq, heads * size) holds head h's entries at h * size + d.
+    """
 
     def __init__(self, conn, shape, heads):
-        self.conn, self.heads = conn, heads
+        self.conn = conn
         self.split = len(shape) == 3
         if self.split:
-            b, s, hidden = shape
-            self.view = (b, s, heads, hidden // heads)
+            if not heads or shape[2] % heads:
+                raise ValueError(f"{shape[2]} hidden entries do not split into {heads} heads")
+            self.batch, self.seq, self.heads = shape[0], shape[1], heads
+            self.size = shape[2] // heads
         else:
-            self.view = tuple(shape)
-            self.heads = shape[1]
-        self.batch = self.view[0]
-        self.seq = self.view[1] if self.split else self.view[2]
-        self.size = self.view[3]
+            self.batch, self.heads, self.seq, self.size = shape
 
     def at(self, b, h, s, d) -> str:
-        order = (b, s, h, d) if self.split else (b, h, s, d)
-        return f"{self.conn}[{', '.join(map(str, order))}]"
+        if self.split:
+            return f"{self.conn}[{b}, {s}, ({h}) * {self.size} + {d}]"
+        return f"{self.conn}[{b}, {h}, {s}, {d}]"
 
 
 @implements("Attention")
@@ -56,16 +58,16 @@ def attention(call):
     present_k, present_v, qk_out = call.output(1), call.output(2), call.output(3)
     if np_dtype(call.dtype(q)).kind != "f":
         raise call.fail(f"attention over {np_dtype(call.dtype(q))} is not supported")
-    Q = _Layout(q, call.shape(q), call.attr("q_num_heads", 0))
-    K = _Layout(k, call.shape(k), call.attr("kv_num_heads", 0))
-    V = _Layout(v, call.shape(v), call.attr("kv_num_heads", 0))
-    Y = _Layout(y, call.shape(y), Q.heads)
+    try:
+        Q = _Layout(q, call.shape(q), call.attr("q_num_heads", 0))
+        K = _Layout(k, call.shape(k), call.attr("kv_num_heads", 0))
+        V = _Layout(v, call.shape(v), call.attr("kv_num_heads", 0))
+        Y = _Layout(y, call.shape(y), Q.heads)
+    except ValueError as e:
+        raise call.fail(str(e)) from None
     past = call.shape(past_k)[2] if past_k is not None else 0
     T = past + K.seq
-    views = {c.conn: c.view for c in (Q, K, V, Y)}
-    if mask is not None:  # read at computed flat positions
-        views[mask] = (int(np.prod(call.shape(mask))),)
-    sdfg, state = connector_sdfg(call, "attention", views)
+    sdfg, state = connector_sdfg(call, "attention")
     acc = dace.float64 if dace.float64 in (call.dtype(q), _PRECISION.get(
         call.attr("softmax_precision"))) else dace.float32
     sdfg.add_transient("scores", (Q.batch, Q.heads, Q.seq, T), acc)
@@ -182,8 +184,8 @@ def _bias(call, mask, nonpad, Q: _Layout, T: int, past: int):
                  for n, f, p in zip(shape, full, ("b", "h", "i", "j")[-len(shape):])]
         if shape[-1] < T:  # opset 24: a short mask is padded with -inf
             disallowed.append(f"j >= {shape[-1]}")
-        reads["mask"] = whole(mask, (int(np.prod(shape)),))
-        value = f"mask[{offset(index, shape)}]"
+        reads["mask"] = whole(mask, shape)
+        value = f"mask[{', '.join(index)}]"
         if call.dtype(mask) == dace.bool_:
             disallowed.append(f"not {value}")
         else:
@@ -202,15 +204,14 @@ def rotary_embedding(call):
     x, cos, sin, pos, y = (call.input(0), call.input(1), call.input(2), call.input(3),
                            call.output(0))
     xs = call.shape(x)
-    if len(xs) == 4:  # (batch, heads, seq, size)
-        X = _Layout(x, xs, xs[1])
-        Y = _Layout(y, xs, xs[1])
-    else:
-        X = _Layout(x, xs, call.attr("num_heads", 0))
-        Y = _Layout(y, xs, X.heads)
+    heads = xs[1] if len(xs) == 4 else call.attr("num_heads", 0)  # 4-D: (b, heads, seq, size)
+    try:
+        X, Y = _Layout(x, xs, heads), _Layout(y, xs, heads)
+    except ValueError as e:
+        raise call.fail(str(e)) from None
     rot = call.attr("rotary_embedding_dim", 0) or X.size
     half = rot // 2
-    sdfg, state = connector_sdfg(call, "rotary", {x: X.view, y: Y.view})
+    sdfg, state = connector_sdfg(call, "rotary")
     ranges = {"b": f"0:{X.batch}", "h": f"0:{X.heads}", "s": f"0:{X.seq}"}
     first, second = ("2 * j", "2 * j + 1") if call.attr("interleaved", 0) else ("j", f"j + {half}")
     if pos is not None:

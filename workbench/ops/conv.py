@@ -22,7 +22,8 @@ _SUM = "lambda p, q: p + q"
 
 def conv_sum(call, product: str = "v * f", fill: str = "0", inputs: dict = None,
              bias: str = None, acc_type=None, w_pos: int = 1):
-    """acc[n, m, o] = B[m] + sum_{c, k} product(v = X[n, g*C/G + c, o*s + k*d - pad], f = W[m, c, k]).
+    """acc[n, m, o] = B[m] + sum_{c, k} product(v, f), the tap's input and weight:
+    v = X[n, g*C/G + c, o*s + k*d - pad] (g = m's group), f = W[m, c, k].
 
     W is input ``w_pos``. ``acc`` is Y itself, or a transient of ``acc_type`` (integer
     sums that the caller then requantizes). Returns (sdfg, last state, acc).

@@ -12,7 +12,7 @@ import dace
 import numpy as np
 
 from workbench.ops.accumulate import mapped_reduction, parallel
-from workbench.ops.index_maps import check_shape, offset, whole, write_values
+from workbench.ops.index_maps import check_shape, whole, write_values
 from workbench.ops.reduce import refuse_float16
 from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet, np_dtype
 
@@ -95,20 +95,22 @@ def resample(call, scales, roi, opts: dict):
         raise call.fail(f"{opts['mode']} resizing of {np_dtype(call.dtype(x))} is not supported")
     if opts["antialias"] and opts["mode"] == "nearest":
         raise call.fail("antialias applies to linear and cubic modes only")
-    sdfg, state = connector_sdfg(call, "resize", {x: (math.prod(xs),)})
+    sdfg, state = connector_sdfg(call, "resize")
     if 0 in ys:
         return sdfg
     wtype = dace.float64 if call.dtype(y) == dace.float64 else dace.float32
     tables = sdfg.add_state_before(state, "tables")
     out = [f"o{d}" for d in range(len(ys))]
-    index, inputs = list(out), {"src": whole(x, (math.prod(xs),))}
+    index, inputs = list(out), {"src": whole(x, xs)}
     factors, flags, taps = [], [], {}
     for d, (length, out_len) in enumerate(zip(xs, ys)):
         if _identity(length, out_len, scales[d], roi[d], opts):
             continue
         idx, w, outside = axis_taps(length, out_len, scales[d], roi[d], opts)
-        for name, values, dtype in ((f"index{d}", idx, dace.int64),
-                                    (f"weight{d}", w.astype(np_dtype(wtype)), wtype)):
+        tables_of_axis = [(f"index{d}", idx, dace.int64)]
+        if opts["mode"] != "nearest":
+            tables_of_axis.append((f"weight{d}", w.astype(np_dtype(wtype)), wtype))
+        for name, values, dtype in tables_of_axis:
             sdfg.add_transient(name, values.shape, dtype)
             write_values(tables, name, values)
         at = f"[{out[d]}, t{d}]" if idx.shape[1] > 1 else f"[{out[d]}, 0]"
@@ -123,7 +125,7 @@ def resample(call, scales, roi, opts: dict):
             flags.append(d)
     y_at = f"{y}[{', '.join(out)}]"
     out_ranges = {o: f"0:{n}" for o, n in zip(out, ys)}
-    code = " * ".join(factors + [f"src[{offset(index, xs)}]"])
+    code = " * ".join(factors + [f"src[{', '.join(index)}]"])
     if taps:
         init = sdfg.add_state_before(state, "init")
         parallel(mapped_tasklet(init, "init", out_ranges, {}, "v = 0",
