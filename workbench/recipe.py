@@ -44,6 +44,8 @@ def load_recipe(recipe) -> dict:
 
 
 def recipe_names() -> list:
+    from workbench.transform import load_plugins
+    load_plugins()
     return sorted({p.stem for folder in RECIPE_DIRS for p in Path(folder).glob("*.json")})
 
 
