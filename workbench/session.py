@@ -13,6 +13,7 @@ from workbench.build import compile_sdfg, session_build_folder
 from workbench.errors import BadInputError, TransformationError
 from workbench.progress import SILENT
 from workbench.reference import random_inputs, run_reference
+from workbench.session_files import SessionFiles
 from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all
 
 
@@ -28,8 +29,9 @@ def _to_json(sdfg) -> str:
     return json.dumps(sdfg.to_json(), sort_keys=True)
 
 
-class Session:
-    """One imported model: ``.sdfg``, ``build``, ``run``, ``verify``, ``summary``."""
+class Session(SessionFiles):
+    """One imported model: ``.sdfg``, ``build``, ``run``, ``verify``, ``summary``;
+    transformations with history; files it writes come from ``SessionFiles``."""
 
     def __init__(self, imported, progress=SILENT, build_slot: str = None):
         """``build_slot`` names the build folder; sessions used one after another
@@ -199,7 +201,8 @@ class Session:
         to a copy.
         """
         from workbench import transform
-        wanted = self._selection(nodes) if nodes is not None else None
+        from workbench.nodeid import selection
+        wanted = selection(self.sdfg, nodes) if nodes is not None else None
         matches = []
         for t in transform.all_transformations(level):
             try:
@@ -275,49 +278,6 @@ class Session:
         self._autosave()
         return True
 
-    def recipe_steps(self) -> list:
-        """The applied steps as recipe steps (see workbench.recipe)."""
-        keys = ("transformation", "where", "options", "expr_index", "description")
-        return [{k: entry[k] for k in keys if k in entry} for entry in self.history]
-
-    def save_recipe(self, path) -> None:
-        """Write the applied steps as a recipe JSON that ``optimize`` replays."""
-        from workbench.recipe import save_recipe
-        save_recipe(path, f"{self.name}-steps", self.recipe_steps())
-
-    def save_script(self, path) -> None:
-        """Write the applied steps as a Python script using the public API."""
-        from workbench.persist import atomic_write
-        lines = [f'"""Replays {len(self.history)} workbench step(s) on {self.name}."""',
-                 "import workbench", "from workbench.transform import Match", "",
-                 f"ws = workbench.open({self.source or self.name!r}, "
-                 f"input_shapes={ {i.onnx_name: list(i.shape) for i in self.inputs}!r})"]
-        for step in self.recipe_steps():
-            where = tuple(tuple(w) for w in step["where"])
-            options = tuple(tuple(o) for o in step.get("options", ()))
-            lines.append(f"ws.apply(Match({step['transformation']!r}, {where!r}, "
-                         f"{step.get('description', '')!r}, {options!r}, "
-                         f"{step.get('expr_index', 0)!r}))")
-        lines += ["", 'if __name__ == "__main__":', "    print(ws.verify().text())", ""]
-        atomic_write(path, "\n".join(lines).encode())
-
-    def export(self, folder, target: str = "cpu") -> dict:
-        """Write a standalone program (see workbench.export); CPU exports are checked
-        against onnxruntime in a fresh process before this returns."""
-        from workbench.export import export_session
-        return export_session(self, folder, target)
-
-    def save(self, folder) -> None:
-        """Save to a session folder and keep autosaving there after every step."""
-        from workbench.persist import save_session
-        self.folder = folder
-        save_session(self, folder)
-
-    def _autosave(self):
-        if self.folder is not None:
-            from workbench.persist import save_session
-            save_session(self, self.folder)
-
     def optimize(self, recipe) -> list:
         """Apply a recipe (name, path or steps); returns the history entries added."""
         from workbench import transform
@@ -366,22 +326,6 @@ class Session:
         except Exception:
             return match
         return replace(match, delta_bytes=after - self.data_movement().moved_bytes)
-
-    def _selection(self, nodes) -> set:
-        from workbench import nodeid
-        from workbench.ops.node import OnnxOp
-        idents = set()
-        onnx_names = {}
-        for node, state in self.sdfg.all_nodes_recursive():
-            if isinstance(node, OnnxOp):
-                onnx_names[node.onnx_name] = nodeid.identity(state.sdfg, state, node)
-        for item in nodes:
-            if isinstance(item, str):
-                idents.add(onnx_names.get(item, item))
-            else:
-                state = next(st for n, st in self.sdfg.all_nodes_recursive() if n is item)
-                idents.add(nodeid.identity(state.sdfg, state, item))
-        return idents
 
     # -- describing ----------------------------------------------------------
     def class_table(self, runtime: dict = None) -> list:
