@@ -82,8 +82,6 @@ def test_row_epilogue_fusion_runs_softmax_and_layernorm_in_the_producer():
 
 def test_epilogues_follow_a_matmul_with_a_folded_transpose():
     """The layout level's MatMulStrided (K^T read in place) is a GEMM core too."""
-    if "FoldTransposeIntoMatMul" not in {t.name for t in transform.all_transformations()}:
-        pytest.skip("the layout level has no FoldTransposeIntoMatMul")
     nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
              node("MatMul", ["q", "kt"], ["scores"]), node("Div", ["scores", "eight"], ["sc"]),
              node("Add", ["sc", "mask"], ["masked"]),
