@@ -11,16 +11,51 @@ lists them; weights come from weights.npz. Exit code 1 when --check fails.
 import argparse
 import ctypes
 import json
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+_SKYLAKEX_FLAGS = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}
+_AVX512_CORES = {"skylakex", "cooperlake", "sapphirerapids"}
+
+
+def choose_openblas_kernels() -> str:
+    """Have OpenBLAS run its AVX-512 kernels on CPUs that have AVX-512; returns the choice.
+
+    OPENBLAS_CORETYPE=Haswell (as this project's machines set it) or an OpenBLAS
+    that does not know the CPU (0.3.21, Debian 12's, predates AMD Zen 5) means
+    AVX2 kernels, half the speed: sgemm 64x576 @ 576x3136 on one core of the
+    EPYC here ran at 96 GFLOP/s Haswell, 170 SkylakeX. The library reads the
+    variable once when it loads, so this must run before a program loads.
+    WORKBENCH_OPENBLAS_CORETYPE names a core type to use instead ("keep": leave
+    OPENBLAS_CORETYPE as it is).
+    """
+    wanted = os.environ.get("WORKBENCH_OPENBLAS_CORETYPE", "")
+    current = os.environ.get("OPENBLAS_CORETYPE", "")
+    if wanted and wanted != "keep":
+        os.environ["OPENBLAS_CORETYPE"] = wanted
+    elif not wanted and current.lower() not in _AVX512_CORES and _SKYLAKEX_FLAGS <= _cpu_flags():
+        os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
+    return os.environ.get("OPENBLAS_CORETYPE", "detected by OpenBLAS")
+
+
+def _cpu_flags() -> set:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
 
 
 class Program:
     def __init__(self, folder: Path = HERE):
+        choose_openblas_kernels()
         self.spec = json.loads((folder / "program.json").read_text())
         self.lib = ctypes.CDLL(str(folder / "lib" / self.spec["library"]))
         name = self.spec["name"]

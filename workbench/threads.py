@@ -7,12 +7,15 @@ import ctypes
 import ctypes.util
 import os
 
+from workbench.export_runner import choose_openblas_kernels
+
 DEFAULT_THREADS = int(os.environ.get("WORKBENCH_THREADS", "2"))
 
 # OpenMP threads that spin after a parallel region steal the cores OpenBLAS's
 # own threads need (im2col Conv measured 72 ms spinning vs 15 ms passive).
 # Must be set before libgomp starts, i.e. before the first program loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+choose_openblas_kernels()
 
 
 def set_threads(n: int) -> None:

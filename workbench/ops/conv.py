@@ -10,10 +10,11 @@ import math
 import dace
 from dace.libraries.blas import Gemm
 
-from workbench.build.settings import blas_implementation
+from workbench.build.settings import blas_implementation, transient_storage
 from workbench.ops.accumulate import mapped_reduction, parallel
 from workbench.ops.reduce import refuse_float16
 from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
+from workbench.ops.simd import row_loop
 from workbench.ops.window import (image_ranges, padded_input, ranges, sliding_window,
                                   spatial_vars)
 
@@ -87,7 +88,7 @@ def conv_transpose(call):
         return sdfg
     buf = "taps"
     sdfg.add_transient(buf, (ys[0], ys[1], *extent), call.dtype(y),
-                       storage=dace.StorageType.CPU_Heap)
+                       storage=transient_storage())
     sp, inp, ker = spatial_vars("s", nsp), spatial_vars("i", nsp), spatial_vars("k", nsp)
     zero = sdfg.add_state_before(state, "zero")
     parallel(mapped_tasklet(zero, "zero", image_ranges(ys, sp, extent, "m"), {}, "o = 0",
@@ -144,7 +145,7 @@ def conv_im2col(call):
         w: (group, mpg, taps), y: (ys[0], group, mpg, pixels)})
     cols = "cols"
     sdfg.add_transient(cols, (ys[0], group, taps, pixels), call.dtype(x),
-                       storage=dace.StorageType.CPU_Heap)
+                       storage=transient_storage())
     unfold = sdfg.add_state_before(state, "unfold")
     src = padded_input(sdfg, unfold, x, xs, win, "0")
     out, ker = spatial_vars("o", win.nsp), spatial_vars("k", win.nsp)
@@ -181,3 +182,85 @@ def _row_major(names, extents) -> str:
     for name, extent in zip(names[1:], extents[1:]):
         flat = f"({flat}) * {extent} + {name}"
     return flat
+
+
+@implements("Conv", impl="shifted_gemm")
+def conv_shifted_gemm(call):
+    """Y[n] = sum over taps t of W[:, :, t] @ Xp[n, :, q + shift(t)], no im2col matrix.
+
+    With stride 1, output (oy, ox) reads the padded input at (oy + ky*dy, ox + kx*dx).
+    In the flattened padded image (row length Wp) that is column q + shift with
+    q = oy*Wp + ox and shift = ky*dy*Wp + kx*dx, so each tap is one GEMM of the
+    tap's weights (M x C) with a window of the padded input (C x Hout*Wp, leading
+    dimension the padded image size), accumulated with beta = 1. The Wp - Wout
+    columns past each output row are computed and dropped when the bias is
+    added. Compared with im2col it never writes the K x P column matrix (9x the
+    input for 3x3); each GEMM re-reads the padded input from cache instead.
+    Falls back to im2col for strides, groups, non-2-D or larger batches.
+    """
+    refuse_float16(call)
+    x, w, b, y = call.input(0), call.input(1), call.input(2), call.output(0)
+    xs, ws, ys = call.shape(x), call.shape(w), call.shape(y)
+    win = sliding_window(call, xs, ys, ws[2:])
+    if (win.nsp != 2 or set(win.strides) != {1} or call.attr("group", 1) != 1 or ys[0] > 8
+            or 0 in ys or math.prod(ws[2:]) == 1 or 1 in ws[:2]):
+        return conv_im2col(call)
+    impl = blas_implementation()
+    if impl is None:
+        raise call.fail("no BLAS library found (install libopenblas-dev liblapacke-dev)")
+    (batch, chans), m = xs[:2], ws[0]
+    (hp, wp), (ho, wo) = win.padded_shape(), ys[2:]
+    (kh, kw), (dh, dw) = ws[2:], win.dilations
+    cols = ho * wp
+    flat = hp * wp + (kw - 1) * dw  # the last tap's window runs past the image
+    sdfg, state = connector_sdfg(call, "conv_shifted_gemm")
+    dtype = call.dtype(x)
+    xp, wt, acc = "x_flat", "w_taps", "y_rows"
+    sdfg.add_transient(xp, (batch, chans, flat), dtype, storage=transient_storage())
+    sdfg.add_transient(wt, (kh * kw, m, chans), dtype, storage=transient_storage())
+    sdfg.add_transient(acc, (batch, m, cols), dtype, storage=transient_storage())
+    prep = sdfg.add_state_before(state, "pad")
+    _row_map(prep, "pad_fill", {"n": f"0:{batch}", "c": f"0:{chans}"}, {},
+             {"o": f"{xp}[n, c, 0:{flat}]"}, "o[j_]", "0", flat, dtype)
+    copy = sdfg.add_state_after(prep, "pad_copy")
+    bh, bw = win.begin
+    start = f"(s0 + {bh}) * {wp} + {bw}"
+    _row_map(copy, "pad_copy", {"n": f"0:{batch}", "c": f"0:{chans}", "s0": f"0:{xs[2]}"},
+             {"v": f"{x}[n, c, s0, 0:{xs[3]}]"},
+             {"o": f"{xp}[n, c, {start}:{start} + {xs[3]}]"}, "o[j_]", "v[j_]", xs[3], dtype)
+    parallel(mapped_tasklet(copy, "weight_taps", {"t0": f"0:{kh}", "t1": f"0:{kw}",
+                                                  "m": f"0:{m}", "c": f"0:{chans}"},
+                            {"v": dace.Memlet(f"{w}[m, c, t0, t1]")}, "o = v",
+                            {"o": dace.Memlet(f"{wt}[t0 * {kw} + t1, m, c]")}))
+    for n in range(batch):
+        prev = None
+        for t in range(kh * kw):
+            shift = (t // kw) * dh * wp + (t % kw) * dw
+            node = Gemm(f"tap{t}_n{n}", alpha=1, beta=0 if prev is None else 1)
+            node.implementation = impl
+            state.add_edge(state.add_read(wt), None, node, "_a",
+                           dace.Memlet(f"{wt}[{t}, 0:{m}, 0:{chans}]"))
+            state.add_edge(state.add_read(xp), None, node, "_b",
+                           dace.Memlet(f"{xp}[{n}, 0:{chans}, {shift}:{shift + cols}]"))
+            if prev is not None:
+                state.add_edge(prev, None, node, "_cin", dace.Memlet(f"{acc}[{n}, 0:{m}, 0:{cols}]"))
+            prev = state.add_access(acc)
+            state.add_edge(node, "_c", prev, None, dace.Memlet(f"{acc}[{n}, 0:{m}, 0:{cols}]"))
+    crop = sdfg.add_state_after(state, "bias")
+    inputs = {"v": f"{acc}[n, m, o0 * {wp}:o0 * {wp} + {wo}]"}
+    if b is not None:
+        inputs["bias"] = f"{b}[m]"
+    _row_map(crop, "bias", {"n": f"0:{batch}", "m": f"0:{m}", "o0": f"0:{ho}"}, inputs,
+             {"o": f"{y}[n, m, o0, 0:{wo}]"}, "o[j_]", "v[j_] + bias" if b else "v[j_]", wo,
+             dtype)
+    return sdfg
+
+
+def _row_map(state, label, ranges, inputs, outputs, target, expr, n, dtype):
+    """OpenMP over ``ranges``; each iteration one vectorized C++ loop ``target = expr``
+    over a row of ``n`` (connectors are row pointers or scalars, memlets as text)."""
+    _, entry, _ = mapped_tasklet(
+        state, label, ranges, {c: dace.Memlet(m) for c, m in inputs.items()},
+        row_loop([(target, expr)], dtype.ctype, n, outputs=set(outputs)),
+        {c: dace.Memlet(m) for c, m in outputs.items()}, language=dace.Language.CPP)
+    entry.map.collapse = len(ranges)

@@ -18,7 +18,7 @@ import numpy as np
 from workbench.errors import UnsupportedCaseError
 
 # Every name an OnnxOp's ``implementation`` may take. An op type offers a subset.
-IMPLEMENTATION_NAMES = ("pure", "blas", "im2col", "direct", "onepass")
+IMPLEMENTATION_NAMES = ("pure", "blas", "im2col", "shifted_gemm", "direct", "onepass")
 
 _IMPLS: Dict[Tuple[str, str], Callable] = {}
 _INTERNAL: set = set()  # workbench-internal op types (fused nodes), not ONNX operators
