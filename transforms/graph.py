@@ -2,6 +2,7 @@
 from dace.sdfg import nodes
 
 from workbench import nodeid
+from workbench.build.storage import runs_once_per_call
 from workbench.ops.node import OnnxOp
 
 
@@ -44,15 +45,7 @@ def single_consumer(sdfg, state, access) -> bool:
             and readers_elsewhere(sdfg, state, access.data) == 0)
 
 
-def outside_maps(sdfg, state, node) -> bool:
-    """Whether ``node`` runs once per call: in no map scope, and its SDFG nested
-    in no map either (what a persistent buffer or an OpenMP map needs)."""
-    if state.scope_dict()[node] is not None:
-        return False
-    parent = sdfg.parent_nsdfg_node
-    if parent is None or sdfg.parent is None:
-        return True
-    return outside_maps(sdfg.parent_sdfg, sdfg.parent, parent)
+outside_maps = runs_once_per_call  # one definition, in the build (storage.py)
 
 
 def access_nodes(sdfg, data: str) -> list:

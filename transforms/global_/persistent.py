@@ -13,33 +13,10 @@ Rules:
 Bytes moved stay the same.
 """
 import dace
-from dace import data as dt
-from dace import symbolic
 
-from transforms.graph import outside_maps
+from workbench.build.storage import persistent_candidates as candidates
 from workbench.errors import TransformationError
 from workbench.transform import Transformation, register
-
-_STORAGES = (dace.StorageType.Default, dace.StorageType.CPU_Heap)
-
-
-def candidates(sdfg) -> list:
-    """(owning SDFG, array name) for every array rule 1 and 2 allow."""
-    out = []
-    for owner in sdfg.all_sdfgs_recursive():
-        accesses = {}
-        for state in owner.states():
-            for access in state.data_nodes():
-                accesses.setdefault(access.data, []).append((state, access))
-        for name, desc in owner.arrays.items():
-            if (type(desc) is not dt.Array or not desc.transient or desc.storage not in _STORAGES
-                    or desc.lifetime != dace.AllocationLifetime.Scope
-                    or symbolic.issymbolic(desc.total_size, owner.constants)
-                    or name not in accesses):
-                continue
-            if all(outside_maps(owner, state, access) for state, access in accesses[name]):
-                out.append((owner, name))
-    return out
 
 
 @register

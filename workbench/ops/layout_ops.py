@@ -41,7 +41,7 @@ def flat(view, index) -> str:
     return " + ".join(f"{p} * {s}" for p, s in zip(index, view[1]) if s) or "0"
 
 
-def _pointwise(call, state, label, ranges, reads, code):
+def _pointwise(call, state, label, ranges, reads, code, collapse=None):
     """A parallel map over Y's logical elements whose C++ tasklet reads and
     writes through pointers (``_<conn>``, ``_y``) at flat offsets.
 
@@ -61,7 +61,7 @@ def _pointwise(call, state, label, ranges, reads, code):
     for conn in list(tasklet.in_connectors):
         tasklet.in_connectors[conn] = dace.pointer(sdfg.arrays[inputs[conn[2:]].data].dtype)
     tasklet.out_connectors["___y"] = dace.pointer(sdfg.arrays[y].dtype)
-    entry.map.collapse = len(ranges)
+    entry.map.collapse = collapse or len(ranges)
 
 
 def _dims(call):
@@ -83,7 +83,9 @@ def _output_ranges(batch, M, N) -> dict:
 
 def _bias_code(call, v, index) -> str:
     c, y = call.input(2), call.output(0)
-    value = f"{call.attr('beta', 1.0)!r} * _{c}[{flat(v[c], index)}]" if c else "0"
+    beta = call.attr("beta", 1.0)
+    scale = "" if beta == 1.0 else f"({call.dtype(y).ctype})({beta!r}) * "
+    value = f"{scale}_{c}[{flat(v[c], index)}]" if c else "0"
     return f"_y[{flat(v[y], index)}] = {value};"
 
 
@@ -164,8 +166,10 @@ def matmul_strided_blas(call):
     if call.input(2):
         init = sdfg.add_state_before(state, "bias")
         index = [f"b{i}" for i in range(len(batch))] + ["m", "n"]
-        _pointwise(call, init, "bias", _output_ranges(batch, M, N), [call.input(2)],
-                   _bias_code(call, v, index))
+        # OpenMP over all but the last dim: GCC vectorizes the row loop left inside
+        ranges = _output_ranges(batch, M, N)
+        _pointwise(call, init, "bias", ranges, [call.input(2)], _bias_code(call, v, index),
+                   collapse=max(1, len(ranges) - 1))
     conns = {a: "_a", b: "_b"}
     code = _gemm_code(plan, v, conns, y, batch, dtype, call.attr("alpha", 1.0),
                       1.0 if call.input(2) else 0.0)

@@ -12,8 +12,7 @@ import numpy as np
 
 from workbench.ops.accumulate import mapped_reduction, parallel
 from workbench.ops.reduce import refuse_float16
-from workbench.ops.registry import (connector_sdfg, implements, mapped_tasklet, np_dtype,
-                                     program_sdfg)
+from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet, np_dtype
 from workbench.ops.window import (image_ranges, padded_input, ranges, sliding_window,
                                   spatial_vars)
 
@@ -201,16 +200,32 @@ def max_unpool(call):
 
 @implements("GlobalAveragePool", "GlobalMaxPool")
 def global_pool(call):
+    """One OpenMP iteration per (image, channel): a vectorized loop over its spatial row.
+
+    (As ``np.mean`` through DaCe's frontend this was a Reduce node whose pure
+    expansion adds every element atomically: 0.95 ms on EfficientNet's 240x28x28.)
+    A NaN anywhere in the row gives NaN, as in onnxruntime.
+    """
     refuse_float16(call)
     x, y = call.input(0), call.output(0)
     xs = call.shape(x)
     rows, cols = xs[0] * xs[1], math.prod(xs[2:])
-
-    def mean_body(X, Y):
-        Y[:] = np.mean(X, axis=1)
-
-    def max_body(X, Y):
-        Y[:] = np.max(X, axis=1)
-
-    body = mean_body if call.op_type == "GlobalAveragePool" else max_body
-    return program_sdfg(call, body, {x: (rows, cols), y: (rows,)})
+    sdfg, state = connector_sdfg(call, "global_pool", {x: (rows, cols), y: (rows,)})
+    if rows == 0:
+        return sdfg
+    ctype = call.dtype(x).ctype
+    if cols == 0:
+        code = "out = 0;" if call.op_type == "GlobalAveragePool" else "out = -INFINITY;"
+    elif call.op_type == "GlobalAveragePool":
+        code = (f"{ctype} acc = 0;\n#pragma omp simd reduction(+:acc)\n"
+                f"for (int j_ = 0; j_ < {cols}; ++j_) acc += row[j_];\nout = acc / {cols};")
+    else:
+        code = (f"{ctype} acc = row[0];\nfor (int j_ = 1; j_ < {cols}; ++j_)\n"
+                f"  acc = (row[j_] > acc || row[j_] != row[j_] || acc != acc) ? "
+                f"(acc != acc ? acc : row[j_]) : acc;\nout = acc;")
+    inputs = {"row": dace.Memlet(f"{x}[r, 0:{cols}]")} if cols > 1 else {}
+    if cols == 1:
+        inputs, code = {"v": dace.Memlet(f"{x}[r, 0]")}, "out = v;"
+    mapped_tasklet(state, "global_pool", {"r": f"0:{rows}"}, inputs, code,
+                   {"out": dace.Memlet(f"{y}[r]")}, language=dace.Language.CPP)
+    return sdfg

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import dace
 
-from workbench.ops.accumulate import parallel
+from workbench.build.settings import transient_storage
 from workbench.ops.registry import mapped_tasklet
+from workbench.ops.simd import row_loop
 
 
 @dataclass
@@ -81,18 +82,35 @@ def padded_input(sdfg, state, x: str, x_shape, win: Window, fill: str) -> str:
     if padded == tuple(x_shape[2:]) and not any(win.begin):
         return x
     name = f"{x}_padded"
-    sdfg.add_transient(name, (x_shape[0], x_shape[1], *padded), sdfg.arrays[x].dtype,
-                       storage=dace.StorageType.CPU_Heap)
-    sp = spatial_vars("s", win.nsp)
+    dtype = sdfg.arrays[x].dtype
+    sdfg.add_transient(name, (x_shape[0], x_shape[1], *padded), dtype,
+                       storage=transient_storage())
+    outer = spatial_vars("s", win.nsp - 1)
     fill_state = sdfg.add_state_before(state, "pad_fill")
-    parallel(mapped_tasklet(fill_state, "pad_fill", image_ranges(x_shape[:2], sp, padded), {},
-                            f"o = {fill}", {"o": dace.Memlet(f"{name}[n, c, {', '.join(sp)}]")}))
+    row_map(fill_state, "pad_fill", image_ranges(x_shape[:2], outer, padded[:-1]), {},
+            {"o": f"{name}[n, c, {', '.join(outer + [f'0:{padded[-1]}'])}]"}, "o[j_]", fill,
+            padded[-1], dtype)
     copy_state = sdfg.add_state_after(fill_state, "pad_copy")
-    shifted = ", ".join(f"{s} + {b}" for s, b in zip(sp, win.begin))
-    parallel(mapped_tasklet(copy_state, "pad_copy", image_ranges(x_shape, sp),
-                            {"v": dace.Memlet(f"{x}[n, c, {', '.join(sp)}]")}, "o = v",
-                            {"o": dace.Memlet(f"{name}[n, c, {shifted}]")}))
+    begin, width = win.begin[-1], x_shape[-1]
+    shifted = [f"{s} + {b}" for s, b in zip(outer, win.begin)]
+    row_map(copy_state, "pad_copy", image_ranges(x_shape[:2], outer, x_shape[2:-1]),
+            {"v": f"{x}[n, c, {', '.join(outer + [f'0:{width}'])}]"},
+            {"o": f"{name}[n, c, {', '.join(shifted + [f'{begin}:{begin + width}'])}]"},
+            "o[j_]", "v[j_]", width, dtype)
     return name
+
+
+def row_map(state, label, ranges, inputs, outputs, target, expr, n, dtype):
+    """OpenMP over ``ranges``; each iteration one vectorized C++ loop ``target = expr``
+    over a row of ``n`` (connectors are row pointers or scalars; memlets as text)."""
+    if n == 1:  # DaCe passes a one-element memlet as a scalar, not a pointer
+        target, expr = target.replace("[j_]", ""), expr.replace("[j_]", "")
+    _, entry, _ = mapped_tasklet(
+        state, label, ranges, {c: dace.Memlet(m) for c, m in inputs.items()},
+        row_loop([(target, expr)], dtype.ctype, n, outputs=set(outputs)),
+        {c: dace.Memlet(m) for c, m in outputs.items()}, language=dace.Language.CPP)
+    entry.map.collapse = len(ranges)
+    return entry
 
 
 def spatial_vars(prefix: str, n: int) -> list:
