@@ -41,7 +41,12 @@ def contenders(ws, baselines, threads: int, inputs: dict) -> dict:
     """name -> zero-argument callable running one inference."""
     build = ws.build()
     args, _ = ws._call_args(build, inputs)
-    runners = {"workbench": lambda: build.compiled(**args)}
+    # DaCe's __call__ checks and converts every argument on each call (~0.1 ms, a third
+    # of a small model's run); a program called again and again converts them once.
+    # onnxruntime's run() likewise reuses its session and only binds the feeds.
+    # The converted arguments are raw pointers: ``args`` must outlive the runner.
+    call_args = build.compiled._construct_args(args)
+    runners = {"workbench": lambda held=args: build.compiled.fast_call(*call_args)}
     feeds = ws._reference_feeds(inputs)
     for name in baselines:
         if name == "onnxruntime":
@@ -50,12 +55,32 @@ def contenders(ws, baselines, threads: int, inputs: dict) -> dict:
             opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
             sess = ort.InferenceSession(ws.model.reference_model.SerializeToString(), opts,
                                         providers=["CPUExecutionProvider"])
-            runners[name] = lambda s=sess: s.run(None, feeds)
+            runners[name] = _ort_runner(sess, feeds)
         elif name == "torch":
             runners[name] = _torch_runner(ws, feeds, threads)
         else:
             raise BadInputError(f"unknown baseline '{name}'; choose from {', '.join(BASELINES)}.")
     return runners
+
+
+def _ort_runner(sess, feeds):
+    """onnxruntime's steady-state call, as the workbench's: inputs and outputs bound once
+    (IOBinding), so neither side pays per-call conversion or output allocation."""
+    import onnxruntime as ort
+    binding = sess.io_binding()
+    # OrtValues made from numpy arrays borrow their memory: the closure keeps them alive
+    held = {name: np.ascontiguousarray(value) for name, value in feeds.items()}
+    for name, value in held.items():
+        binding.bind_cpu_input(name, value)
+    arrays = sess.run(None, feeds)
+    outputs = [ort.OrtValue.ortvalue_from_numpy(value) for value in arrays]
+    for out, value in zip(sess.get_outputs(), outputs):
+        binding.bind_ortvalue_output(out.name, value)
+
+    def run():
+        sess.run_with_iobinding(binding)
+    run.held = (held, arrays, outputs)
+    return run
 
 
 def _torch_runner(ws, feeds, threads):
