@@ -80,6 +80,18 @@ def substitute(expr: str, names: dict) -> str:
     return _IDENT.sub(lambda m: names.get(m.group(1), m.group(1)), expr)
 
 
+def _full(array_shape, shape, d) -> bool:
+    """Whether an operand broadcast against ``shape`` has all of dim ``d``."""
+    k = d - (len(shape) - len(array_shape))
+    return k >= 0 and array_shape[k] == shape[d]
+
+
+def _same_reach(array_shape, shape, first, last) -> bool:
+    """Whether the operand reads dims ``first..last`` all whole or all broadcast."""
+    reach = {_full(array_shape, shape, d) for d in range(first, last + 1) if shape[d] != 1}
+    return len(reach) <= 1
+
+
 def add_row_kernel(state, label: str, shape, inputs: dict, lines, outputs: dict, ctype: str,
                    input_nodes=None, tail=None):
     """One map over ``shape`` but its last dimension (OpenMP over it), each iteration a
@@ -91,10 +103,20 @@ def add_row_kernel(state, label: str, shape, inputs: dict, lines, outputs: dict,
     """
     shape = tuple(shape) or (1,)
     row = max([d for d, size in enumerate(shape) if size != 1], default=len(shape) - 1)
-    n = shape[row]  # trailing size-1 dimensions do not break contiguity
-    ranges = {f"i{d}": f"0:{size}" for d, size in enumerate(shape[:row]) if size != 1}
+    arrays = [s for _, s in {**inputs, **outputs}.values()]
+    # The row is the trailing dims every operand reads whole or not at all (contiguous
+    # in both cases): EfficientNet's [1, 240, 28, 28] SiLU runs 240 rows of 784, not
+    # 6720 rows of 28 whose remainder loops cost more than the vector work.
+    start = row
+    while tail is None and start > 0 and all(_same_reach(s, shape, start - 1, row)
+                                             for s in arrays):
+        start -= 1
+    n = 1  # trailing size-1 dimensions do not break contiguity
+    for size in shape[start:row + 1]:
+        n *= size
+    ranges = {f"i{d}": f"0:{size}" for d, size in enumerate(shape[:start]) if size != 1}
     rows = 1
-    for size in shape[:row]:
+    for size in shape[:start]:
         rows *= size
     # too few rows to share: split them
     chunk = CHUNK if rows < 16 and n >= 2 * CHUNK and tail is None else None
@@ -102,13 +124,13 @@ def add_row_kernel(state, label: str, shape, inputs: dict, lines, outputs: dict,
         ranges["c"] = f"0:{-(-n // chunk) if chunk else 1}"
 
     def along_row(array_shape) -> bool:
-        d = row - (len(shape) - len(array_shape))
-        return 0 <= d < len(array_shape) and array_shape[d] == n and n > 1
+        return n > 1 and _full(array_shape, shape, row)
 
     def subset(array_shape):
         offset = len(shape) - len(array_shape)
-        idx = [("0:" + str(n) if along_row(array_shape) else "0") if offset + k == row else
-               (f"i{offset + k}" if size != 1 and offset + k < row else "0")
+        whole = along_row(array_shape)
+        idx = [(f"0:{size}" if whole else "0") if offset + k >= start else
+               (f"i{offset + k}" if size != 1 else "0")
                for k, size in enumerate(array_shape)]
         return ", ".join(idx) or "0"
 
