@@ -17,6 +17,15 @@ DEFAULT_THREADS = int(os.environ.get("WORKBENCH_THREADS", "2"))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 choose_openblas_kernels()
 
+# Debian ships OpenBLAS built with its own pthreads pool and with OpenMP; which
+# one a program gets is the system's choice (update-alternatives: pthreads).
+# WORKBENCH_OPENBLAS_THREADS=openmp loads the OpenMP build first, so programs
+# (whose NEEDED entry is the shared soname libopenblas.so.0) bind to it and BLAS
+# calls share the maps' OpenMP threads instead of adding a second pool.
+_OPENMP_OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0"
+if os.environ.get("WORKBENCH_OPENBLAS_THREADS") == "openmp" and os.path.exists(_OPENMP_OPENBLAS):
+    ctypes.CDLL(_OPENMP_OPENBLAS, mode=ctypes.RTLD_GLOBAL)
+
 
 def set_threads(n: int) -> None:
     """Set OpenMP and (when loaded) OpenBLAS/MKL thread counts to ``n``."""
