@@ -10,7 +10,8 @@ def register(sub):
     if hasattr(workbench, "open_session"):
         p.add_argument("--session", metavar="FOLDER",
                        help="reopen a session folder (written by File > Save Session As or "
-                            "Session.save)")
+                            "Session.save); one this workbench did not write is loaded only "
+                            "after you accept it in a dialog")
     p.set_defaults(run=run)
 
 

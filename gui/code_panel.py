@@ -6,7 +6,6 @@ nodes to ONNX operators through the label prefix expanded operators carry
 (``<node name>__...``). Without a source map, lines naming the prefix are
 highlighted instead.
 """
-import json
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -45,32 +44,16 @@ def source_map(build, names: dict):
     """(label -> ranges, operator -> ranges, array -> ranges) from the build's source map."""
     from dace.sdfg import nodes as dn
     from workbench.analysis.movement import operator_name
+    from workbench.build.sourcemap import node_spans
     by_label, by_op, by_data = defaultdict(list), defaultdict(list), defaultdict(list)
-    path = Path(build.folder) / "map" / "map_cpp.json"
-    if not path.is_file():
-        return by_label, by_op, by_data
-    data = json.loads(path.read_text())
-    for cfg_id, states in data.items():
-        if not cfg_id.isdigit():
+    for node, span in node_spans(build.sdfg, build.folder):
+        if isinstance(node, dn.AccessNode):
+            by_data[node.data].append(span)
             continue
-        for state_id, nodes in states.items():
-            try:
-                state = build.sdfg.cfg_list[int(cfg_id)].node(int(state_id))
-            except Exception:
-                continue
-            for node_id, lines in nodes.items():
-                try:
-                    node = state.node(int(node_id))
-                except Exception:
-                    continue
-                span = (int(lines["from"]), int(lines["to"]))
-                if isinstance(node, dn.AccessNode):
-                    by_data[node.data].append(span)
-                    continue
-                is_map = isinstance(node, (dn.MapEntry, dn.MapExit))
-                label = node.map.label if is_map else node.label
-                by_label[label].append(span)
-                by_op[operator_name(node, names)].append(span)
+        is_map = isinstance(node, (dn.MapEntry, dn.MapExit))
+        label = node.map.label if is_map else node.label
+        by_label[label].append(span)
+        by_op[operator_name(node, names)].append(span)
     return by_label, by_op, by_data
 
 
@@ -107,7 +90,9 @@ class CodePanel(QWidget):
         col.addLayout(row)
         col.addWidget(self.text, 1)
         self.highlighted_lines = []
+        self.failed_line = None
         controller.built.connect(self.show_build)
+        controller.buildFailed.connect(self.show_failure)
         controller.selectionChanged.connect(self.highlight_focus)
         controller.changed.connect(self._stale)
         controller.opened.connect(self._cleared)
@@ -125,6 +110,8 @@ class CodePanel(QWidget):
             self.info.setText(f"Code of step {self.build_position} (current).")
 
     def show_build(self, build):
+        self.info.setStyleSheet("")
+        self.failed_line = None
         files = sorted((Path(build.folder) / "src" / "cpu").glob("*.cpp"))
         main = [f for f in files if f.stem == build.sdfg.name] or files
         parts = [f.read_text(errors="replace") for f in main[:1]]
@@ -137,6 +124,30 @@ class CodePanel(QWidget):
         self.info.setText(f"Code of step {self.build_position} (current): {len(files)} file(s), "
                           f"{lines} lines, build {build.seconds:.1f}s")
         self.highlight_focus()
+
+    def show_failure(self, error) -> None:
+        """A failed build: the generated C++ with the compiler's first error line marked."""
+        first = getattr(error, "first_error", "") or ""
+        node = getattr(error, "node", None)
+        self.info.setText(f"Build failed{f' in ONNX node {node}' if node else ''}: "
+                          f"{first or str(error).splitlines()[0]}")
+        self.info.setStyleSheet("color: #b42318;")
+        located = re.match(r"^(?P<file>[^:\s][^:]*):(?P<line>\d+)", first)
+        source = Path(located.group("file")) if located else None
+        if source is None or not source.is_file():
+            return
+        self.text.setPlainText(source.read_text(errors="replace"))
+        self.build_position = None
+        line = int(located.group("line"))
+        block = self.text.document().findBlockByNumber(line - 1)
+        sel = QTextEdit.ExtraSelection()
+        sel.format.setBackground(QColor("#ffd7d5"))
+        sel.format.setProperty(QTextFormat.FullWidthSelection, True)
+        sel.cursor = QTextCursor(block)
+        self.text.setExtraSelections([sel])
+        self.highlighted_lines = [(line, line)]
+        self.failed_line = line
+        self.text.verticalScrollBar().setValue(max(0, line - 4))
 
     def ranges_for(self, gnode) -> list:
         by_label, by_op, by_data = self.maps

@@ -16,7 +16,7 @@ import time
 
 from PyQt5.QtCore import QObject, pyqtSignal
 
-from gui.worker import Cancelled, QtProgress, Runner
+from gui.worker import QtProgress, Runner
 
 
 def predict_all(ws, matches, job, lock, every_s: float = 0.5) -> list:
@@ -74,6 +74,8 @@ class Controller(QObject):
     profiled = pyqtSignal(object)       # workbench Profile
     analysed = pyqtSignal(object)       # (DataMovement, class table rows)
     error = pyqtSignal(str, str)        # title, text
+    buildFailed = pyqtSignal(object)    # the BuildError (CompileError: names the node)
+    untrusted = pyqtSignal(str, str)    # session folder, why: ask before opening it
     status = pyqtSignal(str)            # a status-bar message
 
     def __init__(self, parent=None):
@@ -101,14 +103,24 @@ class Controller(QObject):
         self._session_job(f"Opening {model}", work, lambda ws: self.set_session(ws, on_done),
                           cancellable=True, error_title="Open failed")
 
-    def open_session_folder(self, folder, on_done=None) -> None:
+    def open_session_folder(self, folder, on_done=None, trust: bool = False) -> None:
+        """Reopen a session folder; one this workbench did not write emits ``untrusted``
+        (the window asks, then calls again with ``trust=True``)."""
         import workbench
+        from workbench.errors import UntrustedSDFGError
 
         def work(job):
-            return workbench.open_session(folder, progress=self.progress)
-        self._session_job(f"Opening session {folder}", work,
-                          lambda ws: self.set_session(ws, on_done), cancellable=True,
-                          error_title="Open failed")
+            return workbench.open_session(folder, progress=self.progress, trust=trust)
+
+        def failed(error):
+            if isinstance(error, UntrustedSDFGError):
+                self.untrusted.emit(str(folder), str(error))
+            else:
+                self._failed("Open failed", error)
+        self.runner.submit("session", f"Opening session {folder}",
+                           lambda job: self._locked(work, job),
+                           on_done=lambda ws: self.set_session(ws, on_done), on_error=failed,
+                           cancellable=True)
 
     def set_session(self, ws, on_done=None):
         """Show ``ws`` (opened here, or by the caller: the screenshot command)."""
@@ -157,8 +169,15 @@ class Controller(QObject):
             return
 
         def work(job):
-            with self.lock:
-                matches = ws.transformations(nodes=nodes, predict=False)
+            from workbench import transform
+            matches = []
+            # one transformation at a time: on a large graph a listing takes minutes,
+            # and a build, an apply or a newer listing must not wait for all of it
+            for t in transform.all_transformations():
+                if job.cancelled:
+                    return matches
+                with self.lock:
+                    matches += ws.transformations(nodes=nodes, predict=False, names=[t.name])
             job.report(matches)
             return predict_all(ws, matches, job, self.lock)
 
@@ -248,6 +267,12 @@ class Controller(QObject):
         self._session_job("Building", work, lambda r: self.record(r, on_done),
                           cancellable=True, error_title="Build failed")
 
+    def build_failed(self, error) -> None:
+        """Tell the views a build failed (the code panel shows where)."""
+        from workbench.errors import BuildError
+        if isinstance(error, BuildError):
+            self.buildFailed.emit(error)
+
     def _measure(self, profile: bool, on_done=None):
         if self.ws is None:
             return
@@ -335,8 +360,11 @@ class Controller(QObject):
                            cancellable=cancellable)
 
     def _failed(self, title, error):
-        if isinstance(error, Cancelled):
+        from workbench.errors import Cancelled as AnyCancel   # the GUI's and the build's
+        if isinstance(error, AnyCancel):
+            self.status.emit("Cancelled: nothing changed")
             return
+        self.build_failed(error)
         from workbench.errors import WorkbenchError
         if not isinstance(error, WorkbenchError):   # a bug: keep the traceback for the report
             import sys

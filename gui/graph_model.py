@@ -110,9 +110,10 @@ def _describe_state(desc, sdfg, state, names, expanded, state_cluster):
     for entry, ckey in map_clusters.items():
         outer = scopes.get(entry)
         desc.clusters[ckey].parent = map_clusters.get(outer, state_cluster)
+    idents = nodeid.identities(sdfg, state)
     for node in state.nodes():
         key = f"n{len(desc.nodes)}"
-        ident = nodeid.identity(sdfg, state, node)
+        ident = idents[node]
         kind, title, subtitle = node_text(node, sdfg)
         if isinstance(node, dn.MapEntry):
             cluster = map_clusters[node]

@@ -8,8 +8,9 @@ identities to highlight. Overlays: edge width/colour by bytes moved, node
 colour by the measured time of the last profile.
 """
 import math
+import time
 
-from PyQt5.QtCore import QRectF, Qt, pyqtSignal
+from PyQt5.QtCore import QRectF, Qt, QTimer, pyqtSignal
 from PyQt5.QtGui import QColor, QPainter
 from PyQt5.QtWidgets import (QCheckBox, QCompleter, QGraphicsScene, QGraphicsView, QHBoxLayout,
                              QLabel, QLineEdit, QToolButton, QVBoxLayout, QWidget)
@@ -17,6 +18,8 @@ from PyQt5.QtWidgets import (QCheckBox, QCompleter, QGraphicsScene, QGraphicsVie
 from gui import layout as layout_mod
 from gui.graph_items import ClusterItem, EdgeItem, NodeItem, node_size
 from gui.graph_model import GEdge, describe, human_bytes
+
+SLICE_S = 0.02   # UI time per slice while a scene is built (the event loop runs between)
 
 
 def heat(fraction: float, cold="#ffffff", hot="#e34a33") -> QColor:
@@ -108,6 +111,7 @@ class GraphView(QGraphicsView):
 
 class GraphPanel(QWidget):
     """Toolbar (find, fit, overlays) over the canvas."""
+    shown = pyqtSignal()   # a layout is on screen in full
 
     def __init__(self, controller, parent=None):
         super().__init__(parent)
@@ -117,6 +121,7 @@ class GraphPanel(QWidget):
         self.node_items, self.edge_items = {}, {}
         self._syncing = False
         self._fit_next = True
+        self._generation = 0   # of the scene being built (see _show)
         self.scene = QGraphicsScene(self)
         self.view = GraphView(self)
         self.view.setScene(self.scene)
@@ -174,6 +179,7 @@ class GraphPanel(QWidget):
         """Describe the current SDFG and lay it out in a worker."""
         ws = self.ctl.ws
         if ws is None:
+            self._generation += 1
             self.scene.clear()
             return
         expanded, labels, lock = set(self.expanded), self.labels.isChecked(), self.ctl.lock
@@ -189,17 +195,43 @@ class GraphPanel(QWidget):
                                on_error=lambda e: self.ctl._failed("Layout failed", e))
 
     def _show(self, desc, placement) -> None:
+        """Build the scene for a new layout, a slice at a time.
+
+        Creating thousands of items takes about a second of UI time, so the
+        scene is filled in slices of ``SLICE_S`` with the event loop running
+        between them; ``desc`` is set once the scene is complete, and a newer
+        layout stops an unfinished one.
+        """
+        self._generation += 1
         self._syncing = True
         self.scene.clear()
-        self.desc, self.placement = desc, placement
+        self.desc, self.placement = None, None
         self.node_items, self.edge_items = {}, {}
+        self._continue_show(self._generation, desc, placement,
+                            self._add_items(desc, placement))
+
+    def _continue_show(self, generation, desc, placement, items) -> None:
+        if generation != self._generation:
+            return   # a newer layout (or session) took over
+        end = time.perf_counter() + SLICE_S
+        for _ in items:
+            if time.perf_counter() > end:
+                QTimer.singleShot(0, lambda: self._continue_show(generation, desc, placement,
+                                                                 items))
+                return
+        self._shown(desc, placement)
+
+    def _add_items(self, desc, placement):
+        """Add the scene's items, yielding after each one."""
         for key, rect in placement.clusters.items():
             if key in desc.clusters:
                 self.scene.addItem(ClusterItem(desc.clusters[key], rect))
+                yield
         for key, center in placement.nodes.items():
             item = NodeItem(desc.nodes[key], center)
             self.node_items[key] = item
             self.scene.addItem(item)
+            yield
         for a, b, label in desc.state_edges:   # interstate edges, frame to frame
             if a in placement.clusters and b in placement.clusters:
                 (ax, ay, aw, ah), (bx, by, bw, _) = placement.clusters[a], placement.clusters[b]
@@ -207,12 +239,18 @@ class GraphPanel(QWidget):
                 mid = ((start[0] + end[0]) / 2 + 6, (start[1] + end[1]) / 2)
                 self.scene.addItem(EdgeItem(GEdge(f"{a}->{b}", a, b, label), [start, end], False,
                                             mid))
+                yield
+        show_labels = self.labels.isChecked()
         for e in desc.edges:
             if not e.invisible and e.key in placement.edges:
                 item = EdgeItem(e, *placement.edges[e.key])
-                item.show_label = self.labels.isChecked()
+                item.show_label = show_labels
                 self.edge_items[e.key] = item
                 self.scene.addItem(item)
+                yield
+
+    def _shown(self, desc, placement) -> None:
+        self.desc, self.placement = desc, placement
         self.scene.setSceneRect(self.scene.itemsBoundingRect().adjusted(-40, -40, 40, 40))
         self._syncing = False
         self._reselect()
@@ -221,6 +259,7 @@ class GraphPanel(QWidget):
         if self._fit_next:
             self.view.fit_readable()
             self._fit_next = False
+        self.shown.emit()
 
     # -- overlays --------------------------------------------------------------
     def apply_overlays(self) -> None:

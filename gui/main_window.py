@@ -64,6 +64,8 @@ class MainWindow(QMainWindow):
         self.ctl.changed.connect(self.update_title)
         self.ctl.verified.connect(self._verified)
         self.ctl.error.connect(self.show_error)
+        self.ctl.untrusted.connect(self.ask_trust)
+        self.trust_box = None   # the open "trust this folder?" question, if any
         self.ctl.status.connect(lambda text: self.statusBar().showMessage(text, 8000))
         self.update_title()
 
@@ -83,6 +85,7 @@ class MainWindow(QMainWindow):
         runner, progress = self.ctl.runner, self.ctl.progress
         runner.started.connect(lambda job: self._set_busy(job) if job.lane == "session" else None)
         runner.finished.connect(lambda job: self._set_busy(runner.current("session")))
+        runner.finished.connect(self._cancel_done)
         progress.phaseStarted.connect(self._phase)
         progress.stepped.connect(self._stepped)
 
@@ -141,10 +144,34 @@ class MainWindow(QMainWindow):
 
     # -- opening ----------------------------------------------------------------
     def open_model(self, model) -> None:
+        if Path(str(model)).is_dir():   # a session folder given where a model was expected
+            self.open_session(model)
+            return
         self.ctl.open_model(str(model), on_done=lambda ws: self._remember(str(model)))
 
-    def open_session(self, folder) -> None:
-        self.ctl.open_session_folder(str(folder), on_done=lambda ws: self._remember(str(folder)))
+    def open_session(self, folder, trust: bool = False) -> None:
+        self.ctl.open_session_folder(str(folder), on_done=lambda ws: self._remember(str(folder)),
+                                     trust=trust)
+
+    def ask_trust(self, folder: str, why: str) -> None:
+        """Before any SDFG of a folder this workbench did not write is loaded: ask."""
+        box = QMessageBox(QMessageBox.Warning, "Open a session folder from elsewhere?",
+                          f"{why}\n\nOpen '{folder}' and accept its SDFGs?", QMessageBox.NoButton,
+                          self)
+        accept = box.addButton("Trust and Open", QMessageBox.AcceptRole)
+        box.addButton(QMessageBox.Cancel)
+        box.setDefaultButton(QMessageBox.Cancel)
+        box.setAttribute(Qt.WA_DeleteOnClose)
+
+        def answered(_result):
+            self.trust_box = None
+            if box.clickedButton() is accept:
+                self.open_session(folder, trust=True)
+            else:
+                self.statusBar().showMessage(f"Not opened: {folder}", 8000)
+        box.finished.connect(answered)
+        self.trust_box = box
+        box.open()   # not exec_(): the UI thread never blocks
 
     def ask_open(self):
         path, _ = QFileDialog.getOpenFileName(self, "Open ONNX model", "", "ONNX (*.onnx);;All (*)")
@@ -244,6 +271,11 @@ class MainWindow(QMainWindow):
             self.phase_label.setText(job.title + "…")
             self.progress_bar.setRange(0, 0)
             self._job_started = time.perf_counter()
+
+    def _cancel_done(self, job):
+        if job.lane == "session" and job.cancelled:
+            self.statusBar().showMessage(f"Cancelled {job.title.lower()}: nothing changed; the "
+                                         f"session is as before", 15000)
 
     def _phase(self, name, total):
         job = self.ctl.runner.current("session")

@@ -10,8 +10,10 @@ Cancel never kills a thread: the job is marked cancelled and its result
 (or error) is discarded when it arrives. Jobs that only read or build
 (build, verify, profile, import) also stop early: ``QtProgress`` raises
 ``Cancelled`` when the next phase begins, which the Session treats like
-any other failure (nothing is changed). Jobs that change the session
-(apply, undo) cannot be cancelled.
+any other failure (nothing is changed), and a compile in progress is
+stopped by killing its compiler processes (``QtProgress.cancel_event``,
+see ``workbench.build.cancel``). Jobs that change the session (apply,
+undo) cannot be cancelled.
 """
 import sys
 import threading
@@ -22,10 +24,11 @@ import time
 
 from PyQt5.QtCore import QObject, QThread, pyqtSignal
 
+from workbench.errors import Cancelled as _CoreCancelled
 from workbench.progress import Progress
 
 
-class Cancelled(Exception):
+class Cancelled(_CoreCancelled):
     """Raised at a phase boundary once the user has cancelled the job."""
 
 

@@ -5,15 +5,15 @@
 """
 from pathlib import Path
 
-from workbench.errors import (BadInputError, BuildError, CheckFailed, ModelLoadError,
-                              UnknownModelError, UnsupportedCaseError, UnsupportedOpError,
-                              WorkbenchError)
+from workbench.errors import (BadInputError, BuildError, CheckFailed, CompileError,
+                              ModelLoadError, UnknownModelError, UnsupportedCaseError,
+                              UnsupportedOpError, UntrustedSDFGError, WorkbenchError)
 from workbench import threads  # noqa: F401 (OpenMP settings before any program loads)
 from workbench.progress import SILENT
 
 __all__ = ["open", "open_session", "from_torch", "resolve_model", "Session", "WorkbenchError", "BadInputError", "CheckFailed",
            "BuildError", "ModelLoadError", "UnknownModelError", "UnsupportedOpError",
-           "UnsupportedCaseError"]
+           "UnsupportedCaseError", "CompileError", "UntrustedSDFGError"]
 
 
 def resolve_model(path_or_name) -> Path:
@@ -35,20 +35,33 @@ def from_torch(module, example_inputs, name: str = None, **kwargs):
     return _from_torch(module, example_inputs, name=name, **kwargs)
 
 
-def open_session(folder, progress=SILENT):
-    """Reopen a session folder written by ``Session.save`` / ``open(..., session_dir=)``."""
+def open_session(folder, progress=SILENT, trust: bool = None):
+    """Reopen a session folder written by ``Session.save`` / ``open(..., session_dir=)``;
+    it keeps autosaving there.
+
+    A folder whose SDFGs this workbench did not write raises
+    ``UntrustedSDFGError`` unless ``trust`` (see ``workbench.provenance``).
+    """
+    from workbench import provenance
     from workbench.persist import open_session as _open_session
-    return _open_session(folder, progress)
+    trust = provenance.trust_by_default() if trust is None else trust
+    return _open_session(folder, progress, trust=trust)
 
 
 def open(model, input_shapes: dict = None, name: str = None, progress=SILENT,  # noqa: A001
-         session_dir=None):
+         session_dir=None, memory_budget=None, trust: bool = None):
     """Import a model and return a Session over it.
 
     ``model`` is a path to an .onnx file, a bundled model name (``"mlp"``,
     ``"bert-layer"``, ...) or an ``onnx.ModelProto``. ``input_shapes`` fixes
     symbolic dims: ``{"input": [1, 3, 224, 224]}`` or ``{"batch": 1}``.
     With ``session_dir`` the session autosaves there after every step.
+    ``memory_budget`` (bytes, or a size such as ``"16G"``; default
+    ``$WORKBENCH_MEMORY_BUDGET`` or 8 GiB) refuses a model whose tensors need
+    more, before allocating them.
+
+    A session folder opens at its current step without writing into it
+    (``open_session`` keeps saving there); ``trust`` is as in ``open_session``.
     """
     import onnx
     from workbench.importer import import_model
@@ -57,11 +70,32 @@ def open(model, input_shapes: dict = None, name: str = None, progress=SILENT,  #
         source = model
     else:
         source = resolve_model(model)
+        if source.is_dir() and (source / "session.json").is_file():
+            return _open_session_folder(source, input_shapes, progress, trust, session_dir)
+        if source.suffix.lower() in (".sdfg", ".sdfgz"):
+            raise BadInputError(
+                f"'{source}' is an SDFG file; the workbench opens SDFGs only inside session "
+                f"folders, which keep the ONNX model they are checked against. Open the session "
+                f"folder (or the .onnx model) instead.")
         name = name or (str(model) if str(model) in _bundled() else source.stem)
-    imported = import_model(source, input_shapes=input_shapes, name=name, progress=progress)
+    imported = import_model(source, input_shapes=input_shapes, name=name, progress=progress,
+                            memory_budget=memory_budget)
     ws = Session(imported, progress)
     if not isinstance(model, onnx.ModelProto):
         ws.source = str(model) if str(model) in _bundled() else str(Path(source).resolve())
+    if session_dir is not None:
+        ws.save(session_dir)
+    return ws
+
+
+def _open_session_folder(folder, input_shapes, progress, trust, session_dir):
+    from workbench import provenance
+    from workbench.persist import open_session as _open_session
+    if input_shapes:
+        raise BadInputError(f"'{folder}' is a session folder: its input shapes are fixed; "
+                            f"leave out the shapes (--shape).")
+    trust = provenance.trust_by_default() if trust is None else trust
+    ws = _open_session(folder, progress, trust=trust, autosave=False)
     if session_dir is not None:
         ws.save(session_dir)
     return ws

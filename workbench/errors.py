@@ -60,6 +60,18 @@ class UnsupportedCaseError(BadInputError):
         super().__init__(f"node '{node_name}' ({op_type}): {why}")
 
 
+class NoCudaDeviceError(BadInputError):
+    """A GPU run was asked for where no CUDA device can be used."""
+
+    def __init__(self, why: str):
+        super().__init__(
+            f"no CUDA device is available here ({why}), so the GPU program cannot be run "
+            f"and compared with onnxruntime. Run it on a machine with an NVIDIA GPU and its "
+            f"driver, or verify on the CPU (without --target gpu); 'python app.py optimize "
+            f"MODEL --target gpu -o FOLDER' still generates and compiles the CUDA program "
+            f"without a GPU.")
+
+
 class CheckFailed(WorkbenchError):
     """A check the workbench ran did not pass (build, verification)."""
 
@@ -81,3 +93,71 @@ class TransformationError(WorkbenchError):
     """
 
     exit_code = 1
+
+
+class InvalidGraphError(ModelLoadError):
+    """The graph is malformed: a cycle, a dangling input, a name written twice,
+    an unknown domain, an attribute of the wrong type, data that does not match
+    its dims. ``node`` / ``tensor`` name what is wrong (empty when not one)."""
+
+    def __init__(self, message: str, node: str = "", tensor: str = ""):
+        self.node, self.tensor = node, tensor
+        super().__init__(message)
+
+
+class MemoryBudgetError(UnsafeModelError):
+    """The model's tensors need more memory than the budget allows (checked
+    before anything that size is allocated)."""
+
+    def __init__(self, needed: int, budget: int, biggest=(), what: str = "the model's tensors",
+                 advice: str = "Fix the input shapes (--shape) if they are wrong; t"):
+        self.needed, self.budget = needed, budget
+        biggest = [(n, size) for n, size in biggest if size != needed]  # not the total again
+        top = ", ".join(f"'{name}' {_gib(size)}" for name, size in biggest)
+        super().__init__(
+            f"{_gib(needed)} for {what} exceeds the memory budget of {_gib(budget)}"
+            f"{f' (largest: {top})' if top else ''}. {advice or 'T'}o allow more, set "
+            f"WORKBENCH_MEMORY_BUDGET (e.g. WORKBENCH_MEMORY_BUDGET=32G) or pass "
+            f"memory_budget= to workbench.open.")
+
+
+def _gib(size: int) -> str:
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}"
+    return f"{size} B"
+
+
+class UntrustedSDFGError(BadInputError):
+    """SDFG files that this workbench did not write (for this user) were about to be loaded.
+
+    Loading an SDFG evaluates its symbolic expressions with Python, and
+    building it compiles and runs the C++ in its tasklets: opening one is
+    running a program. ``path`` is what was opened.
+    """
+
+    def __init__(self, path, why: str):
+        self.path = str(path)
+        super().__init__(
+            f"'{path}' holds SDFGs that this workbench did not write ({why}). Loading an SDFG "
+            f"evaluates its symbolic expressions with Python, and building it compiles and runs "
+            f"the C++ code in its tasklets on this machine: open it only if you trust where it "
+            f"came from. To accept it: --trust on the command line, trust=True in Python "
+            f"(workbench.open / workbench.open_session), or the dialog in the desktop window.")
+
+
+class CompileError(BuildError):
+    """The C++ compiler rejected the generated code.
+
+    ``node`` is the ONNX node whose code failed (None when the failing line
+    belongs to no operator), ``first_error`` the compiler's first error line,
+    ``sources`` the folder with the generated code.
+    """
+
+    def __init__(self, message: str, node: str = None, first_error: str = "", sources=None):
+        self.node, self.first_error, self.sources = node, first_error, sources
+        super().__init__(message)
+
+
+class Cancelled(WorkbenchError):
+    """The user cancelled a long call (build, verification, profile); nothing changed."""

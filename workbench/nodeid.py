@@ -53,6 +53,17 @@ def identity(sdfg, state, node) -> str:
     return f"{_prefix(sdfg)}{state.label}:{kind}:{name}#{k}"
 
 
+def identities(sdfg, state) -> dict:
+    """``identity`` of every node of ``state`` at once: one pass, not one per node."""
+    prefix, seen, out = _prefix(sdfg), {}, {}
+    for node in state.nodes():
+        kind, name = kind_and_name(node)
+        k = seen.get((kind, name), 0)
+        seen[kind, name] = k + 1
+        out[node] = f"{prefix}{state.label}:{kind}:{name}#{k}"
+    return out
+
+
 def short(node) -> str:
     """What a person calls the node."""
     if isinstance(node, dace.SDFGState):

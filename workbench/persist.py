@@ -15,6 +15,11 @@ Rules:
 3. Opening reads the manifest, re-imports model.onnx and restores the SDFG
    of the current step; a missing or corrupt step file ends the history at
    the last good step, and the session says so in ``recovery_note``.
+4. The manifest signs every step's SDFG (``workbench.provenance``): a
+   folder whose SDFGs this user's workbench did not write is refused
+   (``UntrustedSDFGError``) before any of them is parsed, unless trusted.
+5. A temporary file (``.NAME.PID-*.tmp``) is never read; one whose writer
+   has ended (killed mid-write) is removed when the folder is next opened.
 """
 import gzip
 import json
@@ -26,7 +31,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from workbench.errors import BadInputError
+from workbench import provenance
+from workbench.errors import BadInputError, UntrustedSDFGError
 
 MANIFEST = "session.json"
 FORMAT = 1
@@ -42,7 +48,9 @@ def canonical_json(sdfg) -> str:
 def atomic_write(path: Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # the writer's pid in the name tells a later opener whether it is still writing
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}-",
+                               suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -72,8 +80,12 @@ def save_session(ws, folder) -> None:
             step.saved = True
         previous_weights = step.weights
     shapes = {i.onnx_name: list(i.shape) for i in ws.inputs}
+    for step in ws._steps[1:]:
+        if step.signature is None:
+            step.signature = provenance.sign(step.sdfg_json)
     manifest = {"format": FORMAT, "model": ws.name, "input_shapes": shapes,
                 "position": ws.position, "steps": [s.entry for s in ws._steps[1:]],
+                "signatures": [s.signature for s in ws._steps[1:]],
                 "weights_changed_at": [i for i in range(1, len(ws._steps))
                                        if ws._steps[i].weights is not ws._steps[i - 1].weights]}
     atomic_write(folder / MANIFEST, json.dumps(manifest, indent=1).encode())
@@ -89,8 +101,13 @@ def _npz_bytes(weights: dict) -> bytes:
     return buf.getvalue()
 
 
-def open_session(folder, progress=None):
-    """Reopen a session folder (see the module rules)."""
+def open_session(folder, progress=None, trust: bool = False, autosave: bool = True):
+    """Reopen a session folder (see the module rules).
+
+    ``trust`` accepts SDFGs this workbench did not write (rule 4) and, with
+    ``autosave``, signs them so the folder is not asked about again. Without
+    ``autosave`` the session does not write into the folder.
+    """
     from workbench.importer import import_model
     from workbench.progress import SILENT
     from workbench.session import Session, _Step
@@ -106,14 +123,43 @@ def open_session(folder, progress=None):
                             f"folder is damaged.") from None
     if not (folder / "model.onnx").is_file():
         raise BadInputError(f"'{folder}' has no model.onnx; the session cannot be restored.")
+    steps, note = _read_steps(folder, manifest)
+    signatures = manifest.get("signatures") or []
+    unsigned = [i for i, (_, sdfg_json, _) in enumerate(steps, start=1)
+                if not provenance.signed_here(sdfg_json, _at(signatures, i - 1))]
+    if unsigned and not trust:
+        raise UntrustedSDFGError(folder, f"{len(unsigned)} of its {len(steps)} step(s) carry no "
+                                         f"signature of this user's workbench, e.g. step "
+                                         f"{unsigned[0]}")
+    _drop_temporaries(folder)
     imported = import_model(folder / "model.onnx", input_shapes=manifest.get("input_shapes"),
                             name=manifest.get("model"), progress=progress or SILENT)
     ws = Session(imported, progress or SILENT)
     ws.folder = None  # no autosave while restoring
-    weights = ws.model.weights
+    for i, (entry, sdfg_json, weights) in enumerate(steps, start=1):
+        signature = None if i in unsigned else signatures[i - 1]
+        weights = ws._steps[-1].weights if weights is None else weights
+        ws._steps.append(_Step(entry, sdfg_json, weights, saved=True, signature=signature))
+    position = min(manifest.get("position", 0), len(ws._steps) - 1)
+    ws._steps[0].saved = True
+    ws.goto(position)
+    ws.recovery_note = note
+    if autosave:
+        ws.folder = folder
+        if note or unsigned:  # make the folder consistent with what was restored (and trusted)
+            save_session(ws, folder)
+    return ws
+
+
+def _read_steps(folder: Path, manifest: dict):
+    """[(entry, SDFG JSON text, weights or None)] of the readable steps, and a recovery note.
+
+    Nothing here parses an SDFG: the JSON is only checked to be JSON.
+    """
     changed = set(manifest.get("weights_changed_at", []))
-    note = ""
+    steps, note = [], ""
     for i, entry in enumerate(manifest.get("steps", []), start=1):
+        weights = None
         try:
             sdfg_json = gzip.decompress((folder / "steps" / f"{i:04d}.sdfgz").read_bytes()).decode()
             json.loads(sdfg_json)
@@ -124,15 +170,30 @@ def open_session(folder, progress=None):
             note = (f"step {i} ({entry.get('transformation')}) could not be read "
                     f"({type(e).__name__}); the session was restored up to step {i - 1}.")
             break
-        ws._steps.append(_Step(entry, sdfg_json, weights, saved=True))
-    position = min(manifest.get("position", 0), len(ws._steps) - 1)
-    ws._steps[0].saved = True
-    ws.goto(position)
-    ws.recovery_note = note
-    ws.folder = folder
-    if note:  # make the folder consistent with what was restored
-        save_session(ws, folder)
-    return ws
+        steps.append((entry, sdfg_json, weights))
+    # a step without its own weights has those of the step before it
+    last = None
+    for k, (entry, sdfg_json, weights) in enumerate(steps):
+        last = weights if weights is not None else last
+        steps[k] = (entry, sdfg_json, last)
+    return steps, note
+
+
+def _at(items: list, i: int):
+    return items[i] if 0 <= i < len(items) else None
+
+
+def _drop_temporaries(folder: Path) -> None:
+    """Remove temporary files whose writer has ended (rule 5)."""
+    from workbench.build import process_alive
+    for directory in (folder, folder / "steps"):
+        for tmp in directory.glob(".*.tmp"):
+            pid = tmp.name.rsplit(".", 2)[-2].split("-", 1)[0]
+            if pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
+                try:
+                    tmp.unlink()
+                except OSError:
+                    pass
 
 
 def remove_session(folder) -> None:

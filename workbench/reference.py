@@ -16,6 +16,7 @@ def run_reference(model: onnx.ModelProto, inputs: dict, threads: int = 2):
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
+        opts.log_severity_level = 4  # its errors come back as the exception; no stderr lines
         sess = ort.InferenceSession(model.SerializeToString(), opts,
                                     providers=["CPUExecutionProvider"])
         names = [o.name for o in sess.get_outputs()]

@@ -23,6 +23,7 @@ class _Step:
     sdfg_json: str    # the SDFG after the step
     weights: dict     # the weights after the step (replaced, never mutated)
     saved: bool = False  # written to the session folder
+    signature: str = None  # this user's signature of sdfg_json (see workbench.provenance)
 
 
 def _to_json(sdfg) -> str:
@@ -80,17 +81,32 @@ class Session(SessionFiles):
             return self._build
         self._release()
         folder = session_build_folder(self.build_slot)
-        self._build = compile_sdfg(self.sdfg, folder, target, self.progress)
+        self._build = compile_sdfg(self.sdfg, folder, target, self.progress,
+                                   names=dict(self.operator_names()))
         self._built_json = key
         return self._build
 
-    def run(self, inputs: dict) -> dict:
-        """Run the built program; ``inputs`` and the result are keyed by ONNX names."""
-        build = self.build()
+    def run(self, inputs: dict, target: str = "cpu", arch: str = None) -> dict:
+        """Run the built program; ``inputs`` and the result are keyed by ONNX names.
+
+        ``target="gpu"`` compiles the CUDA program for ``arch`` (default: the
+        device's) and runs it; without a CUDA device that is a NoCudaDeviceError."""
+        build = self._runnable_build(target, arch)
         args, results = self._call_args(build, inputs)
         build.compiled(**args)
         return {info.onnx_name: results[info.onnx_name].reshape(info.shape)
                 for info in self.outputs}
+
+    def _runnable_build(self, target: str, arch: str):
+        if target != "gpu":
+            return self.build(target)
+        from workbench.build.cuda import load_cuda, require_cuda_device
+        require_cuda_device()  # before spending a build on it
+        build = self.build("gpu")
+        if build.compiled is not None:  # loaded; recompiled only for another arch
+            return load_cuda(build, arch)
+        with self.progress.phase("compile CUDA (nvcc) and load"):
+            return load_cuda(build, arch)
 
     def _call_args(self, build, inputs: dict):
         """Keyword arguments for ``build.compiled`` and the output arrays in them."""
@@ -145,7 +161,8 @@ class Session(SessionFiles):
                 self._timed_build.compiled.finalize()
             self._timed_build = None
             expanded = compile_sdfg(self.sdfg, session_build_folder(self.build_slot + "-timers"),
-                                    "cpu", self.progress, instrument_with=instrument)
+                                    "cpu", self.progress, instrument_with=instrument,
+                                    names=dict(self.operator_names()))
             self._timed_build, self._timed_key = expanded, key
         return self._timed_build
 
@@ -153,14 +170,15 @@ class Session(SessionFiles):
         return random_inputs(self.inputs, seed)
 
     def verify(self, inputs: dict = None, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
-               expect: dict = None):
-        """Run the program and onnxruntime (or ``expect``) on the same inputs; compare."""
+               expect: dict = None, target: str = "cpu", arch: str = None):
+        """Run the program (built for ``target``; see ``run``) and onnxruntime (or
+        ``expect``) on the same inputs; compare."""
         inputs = self.random_inputs() if inputs is None else inputs
         timings = {}
-        build = self.build()
+        build = self._runnable_build(target, arch)
         with self.progress.phase("run workbench program"):
             t = time.perf_counter()
-            outputs = self.run(inputs)
+            outputs = self.run(inputs, target, arch)
             timings["run_s"] = time.perf_counter() - t
         if expect is None:
             with self.progress.phase("run reference"):
@@ -192,19 +210,22 @@ class Session(SessionFiles):
             self._operator_names.setdefault(node.name, node.onnx_name)
         return self._operator_names
 
-    def transformations(self, level: str = None, nodes=None, predict: bool = True) -> list:
+    def transformations(self, level: str = None, nodes=None, predict: bool = True,
+                        names=None) -> list:
         """Matches of the library in the current SDFG.
 
         ``nodes`` (identities, ONNX node names or SDFG nodes: a selection)
-        keeps matches touching any of them. With ``predict``, each match's
-        ``delta_bytes`` is the change in bytes moved, measured by applying it
-        to a copy.
+        keeps matches touching any of them; ``names`` keeps only those
+        transformations. With ``predict``, each match's ``delta_bytes`` is
+        the change in bytes moved, measured by applying it to a copy.
         """
         from workbench import transform
         from workbench.nodeid import selection
         wanted = selection(self.sdfg, nodes) if nodes is not None else None
         matches = []
         for t in transform.all_transformations(level):
+            if names is not None and t.name not in names:
+                continue
             try:
                 found = transform.find_matches(t, self.sdfg, self.model.weights)
             except Exception:  # a broken plug-in must not hide the others

@@ -40,7 +40,11 @@ class SessionFiles:
 
     def save(self, folder) -> None:
         """Save to a session folder and keep autosaving there after every step."""
+        from pathlib import Path
         from workbench.persist import save_session
+        if self.folder is None or Path(folder).resolve() != Path(self.folder).resolve():
+            for step in self._steps:   # "saved" meant: in the previous folder
+                step.saved = False
         self.folder = folder
         save_session(self, folder)
 

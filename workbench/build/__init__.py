@@ -13,7 +13,6 @@ off.
 """
 import copy
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,11 +20,11 @@ from pathlib import Path
 import dace
 from dace.codegen import codegen, compiler
 
-from workbench.errors import BuildError, WorkbenchError
-from workbench.build import pch, reuse
+from workbench.errors import BuildError, Cancelled, WorkbenchError
+from workbench.build import cancel, errors_at, pch, reuse
 from workbench.build.settings import (apply_build_settings, building_for,  # noqa: F401
                                       cache_dir, fast_build_enabled)
-from workbench.build.storage import heap_for_large_transients
+from workbench.build.storage import heap_for_large_transients, persistent_expansion_buffers
 from workbench.progress import SILENT
 
 TARGETS = ("cpu", "gpu")
@@ -40,6 +39,7 @@ class Build:
     target: str
     timings: dict = field(default_factory=dict)
     precompiled_header: Path = None   # the -include'd header, when one was used
+    arch: str = None                  # GPU: the CUDA architecture compiled for ("80")
 
     @property
     def seconds(self) -> float:
@@ -67,11 +67,12 @@ def _prune_dead_processes() -> None:
     import shutil
     for folder in (cache_dir() / "builds").glob("*-*"):
         pid = folder.name.split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a folder or file it owns may be in use)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -87,21 +88,51 @@ def simplify_program(program: dace.SDFG) -> None:
     Multi-state inlining splits the state around the nested SDFG and copies
     the access nodes cut by the split; a View's copy loses the edge to the
     data it views (DaCe 1.0.2), which leaves an invalid SDFG. The layout
-    transformations make Views (reshapes and slices without copies).
+    transformations make Views (reshapes and slices without copies), and so
+    does inlining an operator that sees a tensor in another shape (batched
+    MatMul at batch > 1, SqueezeNet's Concat), before a neighbour's split.
     """
     from dace.transformation.passes.fusion_inline import InlineSDFGs
     from dace.transformation.passes.simplify import SimplifyPass
     simplifier = SimplifyPass(validate=True)
-    if any(isinstance(desc, dace.data.View) for desc in program.arrays.values()):
+    if any(isinstance(desc, dace.data.View) for desc in program.arrays.values()) or \
+            _inlining_makes_views(program):
         for step in simplifier.passes:
             if isinstance(step, InlineSDFGs):
                 step.multistate = False
     simplifier.apply_pass(program, {})
 
 
+def _inlining_makes_views(program: dace.SDFG) -> bool:
+    """Whether inlining a nested SDFG will turn one of its arrays into a View.
+
+    DaCe's InlineSDFG reshapes (adds a View for) an array whose rank exceeds
+    the outer memlet's, or whose strides do not match it; the same test here.
+    """
+    from dace.transformation.interstate import InlineSDFG
+    for node, state in program.all_nodes_recursive():
+        if not isinstance(node, dace.nodes.NestedSDFG):
+            continue
+        for edge in [*state.in_edges(node), *state.out_edges(node)]:
+            inner = node.sdfg.arrays.get(edge.dst_conn if edge.dst is node else edge.src_conn)
+            if inner is None or edge.data.data is None:
+                continue
+            outer = state.sdfg.arrays[edge.data.data]
+            if len(inner.shape) > len(edge.data.subset) or not InlineSDFG._check_strides(
+                    inner.strides, outer.strides, edge.data, node):
+                return True
+    return False
+
+
 def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SILENT,
-                 simplify: bool = True, instrument_with=None) -> Build:
+                 simplify: bool = True, instrument_with=None, names: dict = None) -> Build:
     """Expand, generate and compile ``sdfg`` (a copy) inside ``folder``.
+
+    A compiler error raises ``CompileError`` naming the ONNX node whose code
+    failed (``names``: SDFG node name -> ONNX name, for operators expanded
+    earlier) and the compiler's first error line. A ``progress`` with a
+    ``cancel_event`` (the GUI's) stops the compiler when the event is set:
+    ``Cancelled``, and the folder is left fit for the next build.
 
     Rebuilding the same SDFG name in the same folder reuses CMake's
     configuration and the unchanged objects. Release the previous build of
@@ -139,11 +170,17 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
         t = time.perf_counter()
         if target == "cpu":
             heap_for_large_transients(program)
+            persistent_expansion_buffers(program)
+        else:  # what DaCe's CUDA code generator needs (see the module)
+            from workbench.build.cuda.kernel_fixes import prepare_for_cuda
+            prepare_for_cuda(program)
         try:
             program.fill_scope_connectors()
             objects = codegen.generate_code(program, validate=True)
         except Exception as e:
-            raise BuildError(f"code generation failed for '{program.name}': "
+            where = errors_at.invalid_node(e, names)
+            raise BuildError(f"code generation failed for '{program.name}'"
+                             f"{f' at ONNX node {where!r}' if where else ''}: "
                              f"{_first_line(str(e))}") from e
         program_folder = compiler.generate_program_folder(program, objects, program.build_folder)
         timings["codegen"] = time.perf_counter() - t
@@ -153,12 +190,16 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
     reuse.stabilize_environments(Path(program_folder), [pch.ENVIRONMENT] if header else [])
     with progress.phase("compile"):
         t = time.perf_counter()
+        cancel_event = getattr(progress, "cancel_event", None)
         try:
-            library = compiler.configure_and_compile(program_folder, program.name)
+            with cancel.stoppable(cancel_event, program_folder):
+                library = compiler.configure_and_compile(program_folder, program.name)
         except Exception as e:
-            first = compiler_first_error(str(e))
-            raise BuildError(f"compilation of '{program.name}' failed: {first} "
-                             f"(sources in {program_folder})") from e
+            if cancel_event is not None and cancel_event.is_set():
+                cancel.forget_outputs(program_folder, program.name)
+                raise Cancelled(f"the build of '{program.name}' was cancelled while "
+                                f"compiling; nothing changed") from None
+            raise errors_at.compile_error(program, program_folder, str(e), names) from e
         timings["compile"] = time.perf_counter() - t
     with progress.phase("load"):
         t = time.perf_counter()
@@ -183,16 +224,5 @@ def _precompiled_header(progress, timings: dict):
             timings["precompile_header"] = time.perf_counter() - t
 
 
-def compiler_first_error(output: str) -> str:
-    """The compiler's first ``error:`` line, else a line that mentions an error, else the first."""
-    lines = [line.strip() for line in output.splitlines()]
-    for pattern in (r":\d+(:\d+)?: (fatal )?error:", r"\berror\b.*:|:.*\berror\b"):
-        for line in lines:
-            if re.search(pattern, line, re.IGNORECASE):
-                return line[:400]
-    return _first_line(output)
-
-
-def _first_line(text: str) -> str:
-    lines = [l for l in text.strip().splitlines() if l.strip()]
-    return lines[0][:400] if lines else "unknown error"
+compiler_first_error = errors_at.compiler_first_error
+_first_line = errors_at.first_line

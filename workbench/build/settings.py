@@ -105,6 +105,15 @@ def building_for(target: str):
         _target.pop()
 
 
+def transient_storage():
+    """Where an expansion's whole-tensor transients (padded inputs, im2col columns) live.
+
+    CPU_Heap on the CPU (large arrays must stay off the stack); on the GPU the
+    kernels that fill and read them need device memory.
+    """
+    return dace.StorageType.GPU_Global if _target[-1] == "gpu" else dace.StorageType.CPU_Heap
+
+
 def blas_implementation():
     """DaCe's BLAS implementation name to use, or None when none is usable.
 

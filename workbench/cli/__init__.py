@@ -5,9 +5,8 @@ input. Errors print one paragraph on stderr; ``--debug`` adds the traceback.
 """
 import argparse
 import sys
-import traceback
 
-from workbench.errors import WorkbenchError
+from workbench.cli.common import run_command
 from workbench.progress import Progress
 
 def build_parser(extra=()):
@@ -29,20 +28,4 @@ def main(argv=None, extra=()) -> int:
         parser.print_help()
         return 2
     progress = Progress(None if args.quiet else sys.stderr)
-    try:
-        return args.run(args, progress)
-    except WorkbenchError as e:
-        if args.debug:
-            traceback.print_exc()
-        sys.stderr.write(f"error: {e}\n")
-        return e.exit_code
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        return 130
-    except Exception as e:  # a bug of ours: still one paragraph, no traceback by default
-        if args.debug:
-            traceback.print_exc()
-        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
-        sys.stderr.write(f"error: internal error ({type(e).__name__}: {first}). This is a "
-                         f"workbench bug; rerun with --debug for the traceback and report it.\n")
-        return 1
+    return run_command(args, progress)

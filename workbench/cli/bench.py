@@ -1,10 +1,12 @@
 """``bench MODEL``: workbench vs onnxruntime (and torch), interleaved medians."""
 from workbench.cli.common import add_model_args, add_recipe_arg, apply_recipe, emit_json, open_session
+from workbench.provenance import add_trust_arg, trusting
 
 
 def register(sub):
     p = sub.add_parser("bench", help="time the built program against onnxruntime (and torch)")
     add_model_args(p)
+    add_trust_arg(p)
     add_recipe_arg(p)
     p.add_argument("--repeat", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
@@ -20,7 +22,8 @@ def run(args, progress) -> int:
     from workbench.errors import BadInputError
     if args.repeat < 1 or args.threads < 1:
         raise BadInputError("--repeat and --threads must be at least 1.")
-    ws = open_session(args, progress)
+    with trusting(args.trust):
+        ws = open_session(args, progress)
     apply_recipe(ws, args, progress)
     ws.build()
     baselines = [b.strip() for b in args.baseline.split(",") if b.strip()]

@@ -1,11 +1,96 @@
-"""What every CLI command shares: options, loading, errors, JSON output."""
+"""What every CLI command shares: options, loading, errors, JSON output.
+
+``run_command`` is the one place where exceptions become exit codes and a
+single ``error: ...`` paragraph on stderr: typed errors (workbench/errors.py)
+carry their own code (2 bad input, 1 failed check); anything else is a
+workbench bug and still one paragraph, with exit 1. ``--debug`` adds the
+traceback and lets third-party warnings and log lines through.
+"""
+import contextlib
 import json
+import logging
+import os
 import sys
+import traceback
+import warnings
 from pathlib import Path
 
 import numpy as np
 
-from workbench.errors import BadInputError
+from workbench.errors import BadInputError, WorkbenchError
+
+# A message longer than this is cut: compiler output can run to megabytes.
+MAX_MESSAGE_LINES, MAX_MESSAGE_CHARS = 40, 4000
+
+
+def run_command(args, progress) -> int:
+    """Run the parsed command ``args.run``; every exception ends as one paragraph."""
+    debug = getattr(args, "debug", False)
+    try:
+        with library_noise(debug):
+            return args.run(args, progress)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+    except BrokenPipeError:  # the reader went away (`| head`): nothing left to say
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())   # so the flush at exit does not fail again
+        return 141
+    except Exception as e:  # noqa: BLE001 (the CLI's last line of defence)
+        return report_error(e, debug)
+
+
+def report_error(e: BaseException, debug: bool = False) -> int:
+    """Write ``e`` as one ``error:`` paragraph (after the traceback with ``debug``)."""
+    if debug:
+        traceback.print_exc()
+    if isinstance(e, WorkbenchError):
+        text, code = str(e), e.exit_code
+    elif isinstance(e, MemoryError):
+        text, code = ("ran out of memory (MemoryError) before the workbench's own memory "
+                      "budget stopped the model. Lower WORKBENCH_MEMORY_BUDGET below the "
+                      "memory this process may use, or give smaller input shapes."), 1
+    else:
+        text, code = (f"internal error ({type(e).__name__}: {first_line(e)}). This is a "
+                      f"workbench bug; rerun with --debug for the traceback and report it."), 1
+    sys.stderr.write(f"error: {paragraph(text)}\n")
+    sys.stderr.flush()
+    return code
+
+
+def paragraph(text: str) -> str:
+    """``text`` without blank lines, cut to a readable length."""
+    lines = [line.rstrip() for line in str(text).strip().splitlines() if line.strip()]
+    if len(lines) > MAX_MESSAGE_LINES:
+        lines = lines[:MAX_MESSAGE_LINES] + [f"... ({len(lines) - MAX_MESSAGE_LINES} more lines)"]
+    out = "\n".join(lines) or "(no message)"
+    return out if len(out) <= MAX_MESSAGE_CHARS else out[:MAX_MESSAGE_CHARS] + " ..."
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else ""
+
+
+@contextlib.contextmanager
+def library_noise(debug: bool):
+    """Outside --debug, third-party warnings and log records stay off stderr (they
+    would split the one error paragraph); the workbench's own warnings still show."""
+    if debug:
+        yield
+        return
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("warning: %(message)s"))
+    handler.addFilter(lambda record: record.name.startswith("workbench")
+                      and record.levelno >= logging.WARNING)
+    root.addHandler(handler)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        root.removeHandler(handler)
 
 
 def add_model_args(parser):

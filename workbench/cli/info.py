@@ -2,18 +2,21 @@
 from workbench.analysis.classes import format_table
 from workbench.cli.common import (add_model_args, add_recipe_arg, apply_recipe, emit_json,
                                   human_count, open_session)
+from workbench.provenance import add_trust_arg, trusting
 
 
 def register(sub):
     p = sub.add_parser("info", help="ops, parameters, FLOPs, data movement and the "
                                     "operator-class table of a model")
     add_model_args(p)
+    add_trust_arg(p)
     add_recipe_arg(p)
     p.set_defaults(run=run)
 
 
 def run(args, progress) -> int:
-    ws = open_session(args, progress)
+    with trusting(args.trust):
+        ws = open_session(args, progress)
     recipe = apply_recipe(ws, args, progress)
     s = ws.summary()
     if recipe:

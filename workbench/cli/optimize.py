@@ -1,11 +1,13 @@
 """``optimize MODEL -o FOLDER``: apply a recipe and export a standalone program."""
 from workbench.cli.common import add_model_args, add_recipe_arg, apply_recipe, emit_json, open_session
+from workbench.provenance import add_trust_arg, trusting
 
 
 def register(sub):
     p = sub.add_parser("optimize", help="apply a recipe and export the program "
                                         "(SDFG, sources, library, weights, run.py)")
     add_model_args(p)
+    add_trust_arg(p)
     add_recipe_arg(p)
     p.add_argument("--target", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("-o", "--output", required=True, metavar="FOLDER")
@@ -13,7 +15,8 @@ def register(sub):
 
 
 def run(args, progress) -> int:
-    ws = open_session(args, progress)
+    with trusting(args.trust):
+        ws = open_session(args, progress)
     recipe = apply_recipe(ws, args, progress)
     with progress.phase(f"export ({args.target})"):
         result = ws.export(args.output, target=args.target)

@@ -1,12 +1,15 @@
-"""``verify MODEL``: build for the CPU, run, compare with onnxruntime."""
+"""``verify MODEL``: build for the CPU (or a CUDA GPU), run, compare with onnxruntime."""
 from workbench.cli.common import (add_model_args, add_recipe_arg, apply_recipe, emit_json,
                                   load_npz, open_session)
+from workbench.provenance import add_trust_arg, trusting
+from workbench.errors import BadInputError
 from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL
 
 
 def register(sub):
     p = sub.add_parser("verify", help="build the model, run it and compare with onnxruntime")
     add_model_args(p)
+    add_trust_arg(p)
     p.add_argument("--inputs", metavar="X.npz", help="inputs keyed by ONNX input name "
                    "(default: seeded random, floats N(0,1), integers in [0,2))")
     p.add_argument("--expect", metavar="Y.npz", help="expected outputs keyed by ONNX output "
@@ -15,24 +18,44 @@ def register(sub):
     p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
                    help="scaled by max(1, max|ref|) per output")
     add_recipe_arg(p)
+    p.add_argument("--target", choices=("cpu", "gpu"), default="cpu",
+                   help="gpu: build with CUDA and run on the GPU (needs a CUDA device)")
+    p.add_argument("--arch", metavar="sm_XX", help="CUDA architecture for --target gpu "
+                   "(default: the device's own, e.g. sm_90 on an H100)")
     p.set_defaults(run=run)
 
 
 def run(args, progress) -> int:
     inputs = load_npz(args.inputs, "--inputs") if args.inputs else None
     expect = load_npz(args.expect, "--expect") if args.expect else None
-    ws = open_session(args, progress)
+    arch = _gpu_arch(args)
+    with trusting(args.trust):
+        ws = open_session(args, progress)
     recipe = apply_recipe(ws, args, progress)
-    report = ws.verify(inputs=inputs, rtol=args.rtol, atol=args.atol, expect=expect)
+    report = ws.verify(inputs=inputs, rtol=args.rtol, atol=args.atol, expect=expect,
+                       target=args.target, arch=arch)
     build_s = report.timings.get("build_s", 0.0)
     print(report.text())
-    print(f"build {build_s:.2f}s, run {report.timings.get('run_s', 0):.3f}s")
+    on = f" on the GPU (sm_{arch})" if arch else ""
+    print(f"build {build_s:.2f}s, run {report.timings.get('run_s', 0):.3f}s{on}")
     if args.json:
         emit_json({"model": report.model, "match": report.match, "reference": report.reference,
                    "outputs": [{"name": o.name, "max_abs_err": o.max_abs_err,
                                 "max_rel_err": o.max_rel_err, "match": o.match,
                                 "problem": o.problem} for o in report.outputs],
                    "rtol": report.rtol, "atol": report.atol, "build_s": round(build_s, 3),
+                   "target": args.target, **({"arch": arch} if arch else {}),
                    "timings": {k: round(v, 4) for k, v in report.timings.items()},
                    **({"recipe": recipe} if recipe else {})})
     return 0 if report.match else 1
+
+
+def _gpu_arch(args):
+    """Checks --target/--arch before any work: a bad --arch or a missing device is exit 2."""
+    if args.target != "gpu":
+        if args.arch:
+            raise BadInputError("--arch applies to --target gpu only.")
+        return None
+    from workbench.build.cuda import device_arch, normalize_arch, nvcc, require_cuda_device
+    require_cuda_device()
+    return normalize_arch(args.arch, nvcc()) if args.arch else device_arch()

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import onnx
 
+from workbench.importer.contracts import check_contracts
 from workbench.importer.fold import fold_constants
 from workbench.importer.load import check_model, load_model
 from workbench.importer.shapes import fix_input_shapes, infer_shapes, tensor_types
@@ -26,12 +27,14 @@ class ImportedModel:
 
 
 def import_model(source, input_shapes: dict = None, name: str = None, prefer_blas: bool = None,
-                 fold: bool = True, progress=SILENT) -> ImportedModel:
+                 fold: bool = True, progress=SILENT, memory_budget=None) -> ImportedModel:
     """Import an ONNX file path or ``ModelProto`` into an SDFG.
 
     ``prefer_blas`` (default: when a BLAS library is found) picks the BLAS
     implementation for MatMul/Gemm nodes. ``fold=False`` folds only
     Constant, Shape and Size, so every other node runs as compiled code.
+    ``memory_budget`` (bytes or "8G"; default ``$WORKBENCH_MEMORY_BUDGET`` or
+    8 GiB) refuses models whose tensors would not fit, before allocating them.
     """
     if prefer_blas is None:
         from workbench.build.settings import blas_implementation
@@ -42,17 +45,27 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
             check_model(model)
             name = name or (model.graph.name or "model")
         else:
-            model = load_model(source)
+            model = load_model(source, memory_budget)
             name = name or Path(source).stem
     # Fail on unsupported ops before any expensive work.
     check_supported(model, allow=FOLDED_AT_IMPORT)
     with progress.phase("shape inference"):
         fixed = fix_input_shapes(model, input_shapes)
-        inferred = infer_shapes(fixed)
+        inferred = infer_shapes(fixed, memory_budget=memory_budget)
+        check_contracts(inferred, tensor_types(inferred))
     with progress.phase("constant folding"):
         shapes = {name: shape for name, (_, shape) in tensor_types(inferred).items()}
         folded, n_folded, known = fold_constants(inferred, shapes, evaluate=fold)
-        folded = infer_shapes(folded, known)
+        folded = infer_shapes(folded, known, memory_budget)
+        # Folding can make shapes static that inference could not see (a Reshape whose
+        # target was computed: legacy ViT exports), and so more Shape nodes foldable.
+        while n_folded:
+            shapes = {name: shape for name, (_, shape) in tensor_types(folded).items()}
+            again, n_more, known_more = fold_constants(folded, shapes, evaluate=fold)
+            if not n_more:
+                break
+            n_folded += n_more
+            folded, known = infer_shapes(again, known_more, memory_budget), known_more
     with progress.phase("build SDFG"):
         sdfg_name = c_identifier(f"wb_{name}", set())
         sdfg, inputs, outputs, weights = build_sdfg(folded, tensor_types(folded), sdfg_name,

@@ -1,10 +1,13 @@
 """Static shapes for every tensor: fixed inputs, then shape inference."""
+import contextlib
 import logging
+import warnings
 
 import onnx
 from onnx import TensorProto
 
 from workbench.errors import ShapeError
+from workbench.importer.budget import check_model_budget
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +69,8 @@ def fix_input_shapes(model: onnx.ModelProto, given: dict = None) -> onnx.ModelPr
     return model
 
 
-def infer_shapes(model: onnx.ModelProto, hints: dict = None) -> onnx.ModelProto:
+def infer_shapes(model: onnx.ModelProto, hints: dict = None,
+                 memory_budget=None) -> onnx.ModelProto:
     """Static shapes from both inference engines, each filling the other's gaps.
 
     onnx's own inference (with data propagation) is right on the cases where
@@ -76,17 +80,28 @@ def infer_shapes(model: onnx.ModelProto, hints: dict = None) -> onnx.ModelProto:
     onnx's static shape when it has one, else the symbolic one; the model's
     own declared static shapes fill what both leave open. ``hints`` (name ->
     value computed at import) override all of them.
+
+    The memory budget (budget.py) is checked on the declared shapes, on
+    onnx's result and on the merged one: the symbolic engine materializes
+    some values (ConstantOfShape of int64), so a model claiming a huge
+    tensor is refused before that engine runs.
     """
+    check_model_budget(model, memory_budget)
     symbolic = exact = None
-    try:
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-        symbolic = SymbolicShapeInference.infer_shapes(model, auto_merge=False)
-    except Exception as e:  # it asserts on some exports (legacy ViT)
-        log.info("symbolic shape inference failed (%s)", e)
-    try:
-        exact = onnx.shape_inference.infer_shapes(model, data_prop=True)
-    except Exception as e:
-        log.info("onnx shape inference failed (%s)", e)
+    with _quiet():
+        try:
+            exact = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        except Exception as e:
+            log.info("onnx shape inference failed (%s)", e)
+        if exact is not None:
+            check_model_budget(exact, memory_budget)
+        try:
+            from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+            symbolic = SymbolicShapeInference.infer_shapes(model, auto_merge=False)
+        except MemoryError:
+            raise
+        except Exception as e:  # it asserts on some exports (legacy ViT)
+            log.info("symbolic shape inference failed (%s)", e)
     if symbolic is None and exact is None:
         raise ShapeError("shape inference failed with both onnxruntime's symbolic and onnx's "
                          "inference; check the model with onnx.checker (full_check=True).")
@@ -113,7 +128,23 @@ def infer_shapes(model: onnx.ModelProto, hints: dict = None) -> onnx.ModelProto:
             target.type.CopyFrom(onnx.helper.make_tensor_type_proto(elem, shape))
         elif name not in inputs:
             merged.graph.value_info.append(onnx.helper.make_tensor_value_info(name, elem, shape))
+    check_model_budget(merged, memory_budget)
     return merged
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The inference engines warn on stderr (numpy overflow, 'unsupported broadcast') about
+    models they then reject or we check anyway; the library stays silent, the log keeps it."""
+    sym_log = logging.getLogger("onnxruntime.tools.symbolic_shape_infer")
+    level = sym_log.level
+    sym_log.setLevel(logging.ERROR + 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        sym_log.setLevel(level)
 
 
 def tensor_types(model: onnx.ModelProto) -> dict:

@@ -64,6 +64,10 @@ def core_then_epilogue(call, impl: str):
                    opset=call.node.opset, attrs=call.attr("core_attrs"),
                    onnx_inputs=core_inputs, onnx_outputs=["Y"])
     inner.implementation = impl
+    if call.node.schedule == dace.ScheduleType.GPU_Default:
+        # Left Default, DaCe makes a node nested under a GPU_Default one GPU_Device:
+        # a kernel holding kernels, which its CUDA code generator cannot emit.
+        inner.schedule = dace.ScheduleType.GPU_Default
     state.add_node(inner)
     for conn in core_inputs:
         state.add_edge(state.add_read(conn), None, inner, conn,
