@@ -209,3 +209,33 @@ def test_batched_attention_at_batch_2_builds():
                     helper.make_node("MatMul", ["p", "v"], ["y"])],
                    {"q": [2, 4, 2, 4], "k": [2, 4, 2, 4]}, {"y": [2, 2, 4, 4]})
     assert_matches_onnxruntime(model)
+
+
+def test_shapes_static_only_after_folding_fold_again(monkeypatch):
+    """Legacy ViT: onnxruntime's symbolic inference asserts on the export, and onnx's
+    does not propagate through Div, so the patch-grid Reshape's output shape is
+    unknown until its target is folded; the Shape of what follows folds only then."""
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    def fails(*args, **kwargs):
+        raise AssertionError("as on a legacy ViT export")
+
+    monkeypatch.setattr(SymbolicShapeInference, "infer_shapes", staticmethod(fails))
+    node = helper.make_node
+    consts = {"i0": 0, "i2": 2, "two": 2, "ax0": [0], "lead": [-1, 8], "rest": [-1]}
+    graph = helper.make_graph(
+        [node("Shape", ["x"], ["s"]), node("Gather", ["s", "i2"], ["h"]),
+         node("Div", ["h", "two"], ["hp"]), node("Mul", ["hp", "hp"], ["n"]),
+         node("Unsqueeze", ["n", "ax0"], ["nu"]), node("Concat", ["lead", "nu"], ["grid"], axis=0),
+         node("Reshape", ["x", "grid"], ["r"]), node("Transpose", ["r"], ["t"], perm=[0, 2, 1]),
+         node("Shape", ["t"], ["s2"]), node("Gather", ["s2", "i0"], ["b"]),
+         node("Unsqueeze", ["b", "ax0"], ["bu"]), node("Concat", ["bu", "rest"], ["flat"], axis=0),
+         node("Reshape", ["t", "flat"], ["y"])],
+        "vit_grid", [value_info("x", ["batch", 8, 4, 4], "float32")],
+        [value_info("y", ["rows", "cols"], "float32")],
+        initializer=[numpy_helper.from_array(np.array(v, np.int64), k) for k, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model)
+    ws = assert_matches_onnxruntime(model, input_shapes={"batch": 2})
+    assert [n.op_type for n in ws.model.folded_model.graph.node] == ["Reshape", "Transpose",
+                                                                      "Reshape"]
