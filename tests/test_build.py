@@ -158,9 +158,11 @@ def test_large_register_transients_move_to_the_heap_without_warnings(cache):
     build.compiled.finalize()
 
 
-def test_switching_an_operator_to_blas_and_back_keeps_the_configuration():
+def test_switching_an_operator_to_blas_and_back_keeps_the_configuration(monkeypatch):
     import workbench
+    from workbench import session
     from workbench.ops.node import OnnxOp
+    monkeypatch.setattr(session, "BUILD_CACHE", 1)  # every build in the one folder
     ws = workbench.open("mlp")
     gemms = [n for n, _ in ws.sdfg.all_nodes_recursive()
              if isinstance(n, OnnxOp) and n.implementation == "blas"]

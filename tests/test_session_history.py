@@ -149,3 +149,19 @@ def test_kill_9_mid_step_reopens_at_the_last_completed_step(tmp_path):
     assert ws.position == 1 and [h["transformation"] for h in ws.history] == ["ExpandToMaps"]
     assert not ws.recovery_note
     assert ws.verify().match
+
+
+def test_undo_and_redo_to_built_states_compile_nothing():
+    """Builds are cached by the SDFG's canonical JSON: going back and forth between
+    built states loads the programs already compiled."""
+    import workbench
+    ws = workbench.open("mlp")
+    first = ws.build()
+    ws.apply(next(m for m in ws.transformations() if m.transformation == "GemmEpilogueFusion"))
+    second = ws.build()
+    assert second is not first
+    ws.undo()
+    assert ws.build() is first
+    ws.redo()
+    assert ws.build() is second
+    assert ws.verify().match

@@ -1,5 +1,6 @@
 """A Session owns one model's SDFG and everything built from it."""
 import copy
+import hashlib
 import json
 import time
 import uuid
@@ -15,6 +16,10 @@ from workbench.progress import SILENT
 from workbench.reference import random_inputs, run_reference
 from workbench.session_files import SessionFiles
 from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all
+
+# Compiled programs a session keeps loaded, by SDFG hash: undo, redo or goto to any
+# of the last few built states loads nothing and compiles nothing.
+BUILD_CACHE = 4
 
 
 @dataclass
@@ -54,6 +59,8 @@ class Session(SessionFiles):
         self._imported_flops = {n.onnx_name: analysis.node_flops(n, st) for n, st in imported}
         self._build = None
         self._built_json = None
+        self._builds = {}   # (target, SDFG hash) -> Build, least recently used first
+        self._slots = {}    # the same keys -> build folder index
         self._timed_build = None
         self._timed_key = None
         self.profiles = []  # every profile taken, with its history position
@@ -77,14 +84,30 @@ class Session(SessionFiles):
     def build(self, target: str = "cpu"):
         """Compile the current SDFG (reused while the SDFG is unchanged)."""
         key = (target, self._sdfg_key())
-        if self._build is not None and self._built_json == key:
-            return self._build
-        self._release()
-        folder = session_build_folder(self.build_slot)
-        self._build = compile_sdfg(self.sdfg, folder, target, self.progress,
-                                   names=dict(self.operator_names()))
-        self._built_json = key
-        return self._build
+        build = self._builds.pop(key, None)
+        if build is None:
+            slot = self._free_slot()
+            build = compile_sdfg(self.sdfg, session_build_folder(f"{self.build_slot}-{slot}"),
+                                 target, self.progress, names=dict(self.operator_names()))
+            self._slots[key] = slot
+        self._builds[key] = build  # now the most recently used
+        self._build, self._built_json = build, key
+        return build
+
+    def _free_slot(self) -> int:
+        """A build folder index for a new build: an unused one, else the least recently
+        used build's (that program is unloaded first; its folder is then rebuilt
+        without reconfiguring CMake, as the SDFG name stays the same)."""
+        if len(self._builds) >= BUILD_CACHE:
+            oldest = next(iter(self._builds))
+            old = self._builds.pop(oldest)
+            if old is self._build:
+                self._build = self._built_json = None
+            if old.compiled is not None:
+                old.compiled.finalize()
+            return self._slots.pop(oldest)
+        used = set(self._slots.values())
+        return next(i for i in range(BUILD_CACHE) if i not in used)
 
     def run(self, inputs: dict, target: str = "cpu", arch: str = None) -> dict:
         """Run the built program; ``inputs`` and the result are keyed by ONNX names.
@@ -378,12 +401,17 @@ class Session(SessionFiles):
 
     # -- internals -----------------------------------------------------------
     def _sdfg_key(self):
-        return self.sdfg.hash_sdfg()
+        # The canonical JSON, as undo restores it (DaCe's hash_sdfg differs between an
+        # SDFG and its JSON round trip, so a restored state never matched its build).
+        return hashlib.sha256(_to_json(self.sdfg).encode()).hexdigest()
 
     def _release(self):
-        if self._build is not None and self._build.compiled is not None:
-            self._build.compiled.finalize()
-        self._build = None
+        for build in self._builds.values():
+            if build.compiled is not None:
+                build.compiled.finalize()
+        self._builds.clear()
+        self._slots.clear()
+        self._build = self._built_json = None
 
     def _input_arrays(self, inputs: dict) -> dict:
         known = {i.onnx_name: i for i in self.inputs}
