@@ -196,6 +196,19 @@ def test_conv_contracts_onnx_inference_leaves_open(change, needle):
     assert needle in str(err.value)
 
 
+def test_axis_out_of_range_names_the_node():
+    node = helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=-(2 ** 63))
+    with pytest.raises(InvalidGraphError, match="'sm'.*axis -9223372036854775808 is outside"):
+        workbench.open(_model([node]))
+
+
+def test_value_info_contradicting_an_output():
+    """onnx's inference does not compare these; the program would be built for [3, 4]."""
+    model = _model([helper.make_node("Relu", ["x"], ["y"], name="r")])
+    model.graph.value_info.append(helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4]))
+    _invalid(model, "'y'", "FLOAT [2, 3]", "FLOAT [3, 4]")
+
+
 def test_valid_models_pass():
     for name in sdfg_models.names():
         check_model(sdfg_models.build(name))

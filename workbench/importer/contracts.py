@@ -10,9 +10,8 @@ an ``InvalidGraphError`` naming the node:
 2. Conv/ConvTranspose: ``kernel_shape``, when given, equals the weight's
    spatial dims; strides and dilations are >= 1 and pads >= 0, one per
    spatial dim (pads two); a bias has one value per output channel.
-3. Every statically known tensor of a node has no zero-size output dim that
-   a positive-size input could not explain (a negative computed size,
-   clamped, shows up as 0 or below).
+3. An ``axis`` attribute lies in ``[-r, r)`` for the rank ``r`` of the input
+   it indexes (``[-r, r]`` for Flatten).
 """
 import onnx
 from onnx import helper
@@ -24,12 +23,32 @@ from workbench.importer.validate import node_label
 def check_contracts(model: onnx.ModelProto, types: dict) -> None:
     """``types``: tensor name -> (elem type, static shape or None)."""
     for i, node in enumerate(model.graph.node):
-        if node.op_type in ("Conv", "ConvTranspose") and node.domain in ("", "ai.onnx"):
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type in ("Conv", "ConvTranspose"):
             _check_conv(node, i, types)
-        for name in node.output:
-            shape = types.get(name, (None, None))[1] if name else None
-            if shape is not None and any(d < 0 for d in shape):
-                _fail(node, i, f"output '{name}' would have shape {list(shape)}")
+        if node.op_type in _AXIS_OPS:
+            _check_axis(node, i, types)
+
+
+# Ops whose ``axis`` attribute indexes their first input's dims; the number is
+# how far past the last dim it may point (Flatten splits before dim ``axis``).
+_AXIS_OPS = {op: 0 for op in (
+    "Gather", "GatherElements", "ScatterElements", "Concat", "Softmax", "LogSoftmax",
+    "Hardmax", "Split", "LayerNormalization", "ArgMax", "ArgMin", "Compress", "TopK")}
+_AXIS_OPS["Flatten"] = 1
+
+
+def _check_axis(node, i, types):
+    axis = next((a.i for a in node.attribute if a.name == "axis"
+                 and a.type == onnx.AttributeProto.INT), None)
+    shape = types.get(node.input[0], (None, None))[1] if node.input else None
+    if axis is None or shape is None:
+        return
+    low, high = -len(shape), len(shape) - 1 + _AXIS_OPS[node.op_type]
+    if high >= 0 and not low <= axis <= high:
+        _fail(node, i, f"axis {axis} is outside [{low}, {high}] for its input of shape "
+                       f"{list(shape)}")
 
 
 def _fail(node, i, why):

@@ -55,7 +55,7 @@ def check_model(model: onnx.ModelProto, where: str = "the model") -> None:
     try:
         onnx.checker.check_model(model)
     except Exception as e:
-        raise ModelLoadError(f"{where} fails the ONNX checker: {first_line(e)}. "
+        raise ModelLoadError(f"{where} fails the ONNX checker: {first_line(e).rstrip('.')}. "
                              f"Re-export it or repair it with onnx tools.") from None
     try:
         onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
@@ -76,11 +76,14 @@ def model_inference_errors(text: str) -> list:
 
     Errors inside a function body (an op's expansion: onnx's own gap, as for
     MeanVarianceNormalization's Constant) nest a second "Inference error(s)"
-    and are left out.
+    and are left out, and so are the echoes in the nodes downstream.
     """
     _, _, body = text.partition("Inference error(s):")
     lines = [" ".join(line.split()) for line in (body or text).splitlines() if line.strip()]
-    return [line for line in lines if "Inference error(s):" not in line]
+    errors = [line for line in lines if "Inference error(s):" not in line]
+    # Nodes after the first failing one report that their input has no type: an echo.
+    causes = [line for line in errors if "expected to have type but instead is null" not in line]
+    return causes or errors
 
 
 def check_external_data(model: onnx.ModelProto, folder: Path, memory_budget=None) -> None:

@@ -13,7 +13,9 @@ an ``InvalidGraphError`` naming the node or tensor:
    onnx knows.
 5. Every attribute has a name, a type and the value field its type says;
    no node has an attribute twice.
-6. Declared element types are real types; declared dims are not negative.
+6. Declared element types are real types; declared dims are not negative;
+   a value_info entry for a graph input or output agrees with its
+   declaration (onnx's inference does not compare them).
 7. A tensor's data (raw bytes or typed values) holds exactly the elements
    its dims declare, dims are not negative, and its type is a real type.
 """
@@ -63,6 +65,7 @@ def _validate(model):
         _check_attributes(node, i)
     for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
         _check_declared_type(vi)
+    _check_value_info_agrees(graph)
     for tensor in _tensors(graph):
         check_tensor_data(tensor)
 
@@ -230,6 +233,38 @@ def _check_declared_type(vi):
                     for x in tt.shape.dim]
             raise InvalidGraphError(f"tensor '{vi.name}' declares shape {dims} with a negative "
                                     f"dim. {_FIX}", tensor=vi.name)
+
+
+def _check_value_info_agrees(graph):
+    declared = {vi.name: vi for vi in list(graph.input) + list(graph.output)}
+    for vi in graph.value_info:
+        other = declared.get(vi.name)
+        if other is None or not (vi.type.HasField("tensor_type")
+                                 and other.type.HasField("tensor_type")):
+            continue
+        if not _types_agree(vi.type.tensor_type, other.type.tensor_type):
+            raise InvalidGraphError(f"tensor '{vi.name}' is declared {_type_text(other)} as a "
+                                    f"graph input or output but {_type_text(vi)} in value_info. "
+                                    f"{_FIX}", tensor=vi.name)
+
+
+def _types_agree(a, b) -> bool:
+    if a.elem_type != b.elem_type and a.elem_type and b.elem_type:
+        return False
+    if not (a.HasField("shape") and b.HasField("shape")):
+        return True
+    if len(a.shape.dim) != len(b.shape.dim):
+        return False
+    return all(not (x.HasField("dim_value") and y.HasField("dim_value"))
+               or x.dim_value == y.dim_value for x, y in zip(a.shape.dim, b.shape.dim))
+
+
+def _type_text(vi) -> str:
+    tt = vi.type.tensor_type
+    dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+            for d in tt.shape.dim] if tt.HasField("shape") else "of unknown shape"
+    elem = TensorProto.DataType.Name(tt.elem_type) if tt.elem_type in _DATA_TYPES else tt.elem_type
+    return f"{elem} {dims}"
 
 
 def _tensors(graph):
