@@ -33,6 +33,9 @@ CASES = {
              C("both_trans_no_bias", {"a": rand(4, 3), "b": rand(5, 4)},
                {"transA": 1, "transB": 1, "alpha": 1.5}),
              C("beta_zero", {"a": rand(3, 4), "b": rand(4, 5), "c": rand(5)}, {"beta": 0.0}),
+             # found by the fuzzer: BLAS code once spelled alpha as Python prints it
+             C("alpha_inf", {"a": np.abs(rand(3, 4)) + 0.1, "b": np.abs(rand(4, 5)) + 0.1},
+               {"alpha": float("inf")}),
              # Size-1 dims: a batch-1 linear layer, a rank-1 update.
              C("single_row", {"a": rand(1, 4)}, init={"b": rand(4, 5), "c": rand(5)}),
              C("k1", {"a": rand(3, 1), "b": rand(1, 5)}),

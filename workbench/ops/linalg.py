@@ -130,8 +130,11 @@ def gemm_blas(call):
     impl = _blas(call)
     alpha, beta = call.attr("alpha", 1.0), call.attr("beta", 1.0)
     M, K, N = _gemm_dims(call)
-    if 1 in (M, N, K) or 0 in (M, N, K) or call.dtype(a) not in _BLAS_TYPES:
-        return gemm_pure(call)  # DaCe's Gemm refuses size-1 dims; BLAS has no ints
+    if (1 in (M, N, K) or 0 in (M, N, K) or call.dtype(a) not in _BLAS_TYPES
+            or not math.isfinite(alpha)):
+        # DaCe's Gemm refuses size-1 dims; BLAS has no ints; DaCe's BLAS expansion
+        # writes alpha into C++ as Python prints it ('inf', 'nan': no C++ names)
+        return gemm_pure(call)
     sdfg, state = connector_sdfg(call, "gemm_blas")
     node = Gemm("gemm", transA=bool(call.attr("transA", 0)), transB=bool(call.attr("transB", 0)),
                 alpha=alpha, beta=0)
