@@ -210,9 +210,12 @@ def global_pool(call):
     x, y = call.input(0), call.output(0)
     xs = call.shape(x)
     rows, cols = xs[0] * xs[1], math.prod(xs[2:])
-    sdfg, state = connector_sdfg(call, "global_pool", {x: (rows, cols), y: (rows,)})
+    # Indexed in X's own shape: DaCe 1.0.2 cannot inline a reshaped connector here
+    sdfg, state = connector_sdfg(call, "global_pool")
     if rows == 0:
         return sdfg
+    spatial = ", ".join(["n", "c"] + [f"0:{d}" for d in xs[2:]])
+    first = ", ".join(["n", "c"] + ["0" for _ in xs[2:]])
     ctype = call.dtype(x).ctype
     if cols == 0:
         code = "out = 0;" if call.op_type == "GlobalAveragePool" else "out = -INFINITY;"
@@ -223,9 +226,11 @@ def global_pool(call):
         code = (f"{ctype} acc = row[0];\nfor (int j_ = 1; j_ < {cols}; ++j_)\n"
                 f"  acc = (row[j_] > acc || row[j_] != row[j_] || acc != acc) ? "
                 f"(acc != acc ? acc : row[j_]) : acc;\nout = acc;")
-    inputs = {"row": dace.Memlet(f"{x}[r, 0:{cols}]")} if cols > 1 else {}
+    inputs = {"row": dace.Memlet(f"{x}[{spatial}]")} if cols > 1 else {}
     if cols == 1:
-        inputs, code = {"v": dace.Memlet(f"{x}[r, 0]")}, "out = v;"
-    mapped_tasklet(state, "global_pool", {"r": f"0:{rows}"}, inputs, code,
-                   {"out": dace.Memlet(f"{y}[r]")}, language=dace.Language.CPP)
+        inputs, code = {"v": dace.Memlet(f"{x}[{first}]")}, "out = v;"
+    _, entry, _ = mapped_tasklet(state, "global_pool", {"n": f"0:{xs[0]}", "c": f"0:{xs[1]}"},
+                                 inputs, code, {"out": dace.Memlet(f"{y}[{first}]")},
+                                 language=dace.Language.CPP)
+    entry.map.collapse = 2
     return sdfg
