@@ -31,6 +31,25 @@ def heat(fraction: float, cold="#ffffff", hot="#e34a33") -> QColor:
     return QColor(mix(a.red(), b.red()), mix(a.green(), b.green()), mix(a.blue(), b.blue()))
 
 
+def placement_rect(desc, placement) -> QRectF:
+    """What the layout covers: clusters, nodes, edge points and labels."""
+    boxes = list(placement.clusters.values())
+    for key, (cx, cy) in placement.nodes.items():
+        w, h = desc.nodes[key].size
+        boxes.append((cx - w / 2, cy - h / 2, w, h))
+    for points, _bezier, label in placement.edges.values():
+        boxes += [(x, y, 0, 0) for x, y in points]
+        if label:
+            boxes.append((label[0] - 60, label[1] - 8, 120, 16))   # a memlet label, roughly
+    if not boxes:
+        return QRectF()
+    x1 = min(b[0] for b in boxes)
+    y1 = min(b[1] for b in boxes)
+    x2 = max(b[0] + b[2] for b in boxes)
+    y2 = max(b[1] + b[3] for b in boxes)
+    return QRectF(x1, y1, x2 - x1, y2 - y1)
+
+
 class GraphView(QGraphicsView):
     nodeActivated = pyqtSignal(object)   # double-clicked NodeItem
 
@@ -52,9 +71,10 @@ class GraphView(QGraphicsView):
             self.scale(factor, factor)
 
     def fit(self) -> None:
-        if self.scene() is not None and not self.scene().itemsBoundingRect().isEmpty():
-            self.fitInView(self.scene().itemsBoundingRect().adjusted(-10, -10, 10, 10),
-                           Qt.KeepAspectRatio)
+        # the scene rect is the layout's extent (set by GraphPanel); asking the
+        # items instead calls Python's boundingRect of each, too slow at 5,000
+        if self.scene() is not None and not self.scene().sceneRect().isEmpty():
+            self.fitInView(self.scene().sceneRect(), Qt.KeepAspectRatio)
 
     def fit_readable(self, min_scale: float = 0.6) -> None:
         """Fit the graph, but never below a scale where labels stay legible:
@@ -63,7 +83,7 @@ class GraphView(QGraphicsView):
         if self.transform().m11() < min_scale and self.scene() is not None:
             self.resetTransform()
             self.scale(min_scale, min_scale)
-            rect = self.scene().itemsBoundingRect()
+            rect = self.scene().sceneRect()
             visible = self.mapToScene(self.viewport().rect()).boundingRect()
             self.centerOn(rect.center().x(), rect.top() + visible.height() / 2)
 
@@ -205,7 +225,7 @@ class GraphPanel(QWidget):
         self._generation += 1
         self._syncing = True
         self.scene.clear()
-        self.desc, self.placement = None, None
+        self.desc, self.placement = None, placement
         self.node_items, self.edge_items = {}, {}
         self._continue_show(self._generation, desc, placement,
                             self._add_items(desc, placement))
@@ -222,7 +242,15 @@ class GraphPanel(QWidget):
         self._shown(desc, placement)
 
     def _add_items(self, desc, placement):
-        """Add the scene's items, yielding after each one."""
+        """Add the scene's items, yielding after each one.
+
+        The scene rect and the depth of its BSP index are fixed first: when
+        either changes, Qt rebuilds the index over every item, calling each
+        one's Python ``boundingRect`` in one go on the UI thread.
+        """
+        count = len(placement.nodes) + len(placement.edges) + len(placement.clusters)
+        self.scene.setBspTreeDepth(max(5, int(math.log2(max(count, 2)))))
+        self.scene.setSceneRect(placement_rect(desc, placement).adjusted(-40, -40, 40, 40))
         for key, rect in placement.clusters.items():
             if key in desc.clusters:
                 self.scene.addItem(ClusterItem(desc.clusters[key], rect))
@@ -248,13 +276,12 @@ class GraphPanel(QWidget):
                 self.edge_items[e.key] = item
                 self.scene.addItem(item)
                 yield
+        yield from self._overlay_steps()
 
     def _shown(self, desc, placement) -> None:
         self.desc, self.placement = desc, placement
-        self.scene.setSceneRect(self.scene.itemsBoundingRect().adjusted(-40, -40, 40, 40))
         self._syncing = False
         self._reselect()
-        self.apply_overlays()
         self.update_completer()
         if self._fit_next:
             self.view.fit_readable()
@@ -263,6 +290,11 @@ class GraphPanel(QWidget):
 
     # -- overlays --------------------------------------------------------------
     def apply_overlays(self) -> None:
+        for _ in self._overlay_steps():
+            pass
+
+    def _overlay_steps(self):
+        """Style every item for the overlays, yielding after each (see ``_show``)."""
         notes = [f"{len(self.node_items)} nodes, {len(self.edge_items)} edges"
                  + (f", layout: {self.placement.method}" if self.placement else "")]
         sizes = [i.gedge.bytes for i in self.edge_items.values() if i.gedge.bytes]
@@ -274,6 +306,7 @@ class GraphPanel(QWidget):
                 item.set_style(0.8 + 5.0 * f ** 3, heat(f ** 3, "#9a9a9a", "#c0392b"))
             else:
                 item.set_style(1.2, "#555555")
+            yield
         if self.bytes_overlay.isChecked() and top:
             notes.append(f"edge width/colour: bytes moved (largest {human_bytes(top)})")
         prof = self.ctl.last_profile
@@ -286,6 +319,7 @@ class GraphPanel(QWidget):
                 item.setToolTip(item.tooltip(f"measured {ms:.3f} ms (profile of step {prof.step})"))
             else:
                 item.set_fill(None)
+            yield
         if self.time_overlay.isChecked() and hottest:
             notes.append(f"node colour: time of its operator, step {prof.step} profile "
                          f"(hottest {hottest:.2f} ms)")

@@ -4,6 +4,7 @@ Fonts are set explicitly: the offscreen platform defaults to DejaVu 12 pt and
 xcb to 9 pt, so without this a screenshot would not look like the window.
 """
 import os
+import sys
 import tempfile
 
 UI_FONT = ("DejaVu Sans", 9)
@@ -12,6 +13,7 @@ MONO_FONT = ("DejaVu Sans Mono", 9)
 
 
 HEADLESS_PLATFORMS = ("offscreen", "minimal")
+SWITCH_INTERVAL_S = 0.0002   # the GIL's switch interval while a window exists (see ensure_app)
 
 
 def has_display() -> bool:
@@ -54,6 +56,12 @@ def ensure_app(offscreen: bool = False):
     from PyQt5.QtWidgets import QApplication
     app = QApplication.instance()
     if app is None:
+        # Workers (build, listing, layout) hold the GIL between switches. The UI
+        # thread takes it back many times per frame (each Python paint or
+        # boundingRect called from Qt), and every take waits up to one switch
+        # interval while a worker runs: 5 ms (Python's default) made 100-600 ms
+        # stalls; 0.2 ms keeps them near 100 ms (python -m tests.gui_latency).
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         QApplication.setAttribute(Qt.AA_EnableHighDpiScaling, True)
         app = QApplication(["dace-workbench"])
         app.setApplicationName("DaCe Workbench")

@@ -170,7 +170,7 @@ def large_graph(w, probe=None, nodes: int = 1000) -> dict:
     """Open a model with ``nodes`` ONNX nodes (more than twice as many graph nodes)."""
     import onnx
     from fault_helpers import chain_model_with_nodes
-    path = Path(tempfile.mkdtemp(prefix="wb-large-")) / f"chain{nodes}.onnx"
+    path = Path(_scratch()) / f"chain{nodes}.onnx"
     onnx.save(chain_model_with_nodes(nodes), str(path))
     t = time.perf_counter()
     with probe or _null():
@@ -205,11 +205,24 @@ class _null:
 def new_window():
     from PyQt5.QtCore import QSettings
     from gui.main_window import MainWindow
-    settings = QSettings(str(Path(tempfile.mkdtemp(prefix="wb-latency-")) / "s.ini"),
-                         QSettings.IniFormat)
+    settings = QSettings(str(Path(_scratch()) / "s.ini"), QSettings.IniFormat)
     w = MainWindow(settings)
     w.show()
     return w
+
+
+_SCRATCH = []
+
+
+def _scratch() -> str:
+    """A folder for this run's files, removed at exit."""
+    import atexit
+    import shutil
+    folder = tempfile.mkdtemp(prefix="wb-latency-")
+    if not _SCRATCH:
+        atexit.register(lambda: [shutil.rmtree(f, ignore_errors=True) for f in _SCRATCH])
+    _SCRATCH.append(folder)
+    return folder
 
 
 def close(w):
@@ -227,7 +240,7 @@ def main(argv=None) -> int:
     parser.add_argument("--stalls", action="store_true",
                         help="print the threads' stacks during each gap over the goal")
     args = parser.parse_args(argv)
-    os.environ.setdefault("WORKBENCH_CACHE", tempfile.mkdtemp(prefix="wb-latency-cache-"))
+    os.environ.setdefault("WORKBENCH_CACHE", _scratch())   # builds and headers: ~50 MB
     from gui.qtapp import ensure_app
     ensure_app(offscreen=True)
     results = {}

@@ -20,7 +20,7 @@ from workbench.errors import CompileError, TransformationError
 from workbench.transform import Match
 
 # steps per random sequence; every successful step is verified (a real build)
-STEPS = {"mlp": 5, "mbconv": 5, "bert-layer": 4}
+STEPS = {"mlp": 5, "mbconv": 4, "bert-layer": 3}
 STALE_SHARE = 0.4    # how often a stale match is tried instead of a current one
 
 

@@ -83,7 +83,8 @@ def process_alive(pid: int) -> bool:
 
 
 def simplify_program(program: dace.SDFG) -> None:
-    """DaCe's simplify, with multi-state inlining off when the program has Views.
+    """DaCe's simplify, with multi-state inlining off when the program has (or inlining
+    makes) Views.
 
     Multi-state inlining splits the state around the nested SDFG and copies
     the access nodes cut by the split; a View's copy loses the edge to the
