@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-SYSTEM_PACKAGES := libopenblas-dev liblapacke-dev libglib2.0-0 libgl1 libfontconfig1 graphviz ninja-build
+SYSTEM_PACKAGES := libopenblas-dev libopenblas0-openmp liblapacke-dev libglib2.0-0 libgl1 libfontconfig1 graphviz ninja-build
 
 .PHONY: run test setup system-packages clean
 

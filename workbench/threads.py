@@ -11,27 +11,37 @@ from workbench.export_runner import choose_openblas_kernels
 
 DEFAULT_THREADS = int(os.environ.get("WORKBENCH_THREADS", "2"))
 
-# OpenMP threads that spin after a parallel region steal the cores OpenBLAS's
-# own threads need (im2col Conv measured 72 ms spinning vs 15 ms passive).
-# Must be set before libgomp starts, i.e. before the first program loads.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-choose_openblas_kernels()
-
-# Debian ships OpenBLAS built with its own pthreads pool and with OpenMP; which
-# one a program gets is the system's choice (update-alternatives: pthreads).
-# WORKBENCH_OPENBLAS_THREADS=openmp loads the OpenMP build first, so programs
-# (whose NEEDED entry is the shared soname libopenblas.so.0) bind to it and BLAS
-# calls share the maps' OpenMP threads instead of adding a second pool.
-_OPENMP_OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0"
-if os.environ.get("WORKBENCH_OPENBLAS_THREADS") == "openmp" and os.path.exists(_OPENMP_OPENBLAS):
-    ctypes.CDLL(_OPENMP_OPENBLAS, mode=ctypes.RTLD_GLOBAL)
+# Debian ships OpenBLAS built with its own pthreads pool and built with OpenMP;
+# the system's default (update-alternatives) is pthreads. With it, BLAS threads
+# and the maps' OpenMP threads are two pools on the same cores: OpenBLAS's
+# threads spin after each call while the next map's OpenMP thread waits for a
+# core (bimodal runs, EfficientNet block median 2.07 ms vs 0.57 ms best). Loading
+# the OpenMP build first makes every program (NEEDED: the shared soname
+# libopenblas.so.0) bind to it, so BLAS calls and maps share one OpenMP pool.
+# WORKBENCH_OPENBLAS_THREADS=pthreads keeps the system's choice.
+choose_openblas_kernels()  # read by OpenBLAS when it loads: first
+OPENMP_OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0"
+ONE_POOL = (os.environ.get("WORKBENCH_OPENBLAS_THREADS", "openmp") == "openmp"
+            and os.path.exists(OPENMP_OPENBLAS))
+if ONE_POOL:
+    ctypes.CDLL(OPENMP_OPENBLAS, mode=ctypes.RTLD_GLOBAL)
+else:
+    # Two pools: OpenMP threads that spin after a parallel region steal the cores
+    # OpenBLAS's threads need (im2col Conv measured 72 ms spinning vs 15 ms passive).
+    # Must be set before libgomp starts, i.e. before the first program loads.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def set_threads(n: int) -> None:
     """Set OpenMP and (when loaded) OpenBLAS/MKL thread counts to ``n``."""
     os.environ["OMP_NUM_THREADS"] = str(n)
+    done = set()
+    # "blas" only stands in for an OpenBLAS not found by its own name: loading the
+    # system's libblas.so.3 next to another OpenBLAS would start a second copy
     for lib, fn in (("gomp", "omp_set_num_threads"), ("openblas", "openblas_set_num_threads"),
                     ("blas", "openblas_set_num_threads"), ("mkl_rt", "MKL_Set_Num_Threads")):
+        if fn in done:
+            continue
         path = ctypes.util.find_library(lib)
         if not path:
             continue
@@ -40,3 +50,4 @@ def set_threads(n: int) -> None:
         except (OSError, AttributeError):
             continue
         func(ctypes.c_int(n))
+        done.add(fn)
