@@ -180,3 +180,16 @@ def test_switching_an_operator_to_blas_and_back_keeps_the_configuration(monkeypa
 
 def test_build_folders_belong_to_one_process():
     assert session_build_folder("abc").name == f"{os.getpid()}-abc"
+
+
+def test_profile_on_a_fresh_state_builds_program_and_timers_together():
+    """``profile`` with nothing built compiles the program and its instrumented twin side
+    by side; both are then kept: the plain build is the one ``build`` returns."""
+    import workbench
+    ws = workbench.open("mlp")
+    result = ws.profile(repeat=3, warmup=1, reference=False)
+    assert result.total_ms > 0
+    assert any(k.startswith("fc1_Gemm") for k in result.per_kernel)
+    build = ws.build()
+    assert "compile" in build.timings and ws.build() is build
+    assert ws.verify().match

@@ -154,6 +154,7 @@ class Session(SessionFiles):
         threads = threads or prof.DEFAULT_THREADS
         prof.set_threads(threads)
         inputs = self.random_inputs() if inputs is None else inputs
+        self._build_both()
         build = self.build()
         args, _ = self._call_args(build, inputs)
         with self.progress.phase(f"time {repeat} runs"):
@@ -175,6 +176,29 @@ class Session(SessionFiles):
                               samples, per_op, per_kernel, ref, threads, repeat, warmup)
         self.profiles.append(result)
         return result
+
+    def _build_both(self) -> None:
+        """When neither the program nor its instrumented twin is built, build both with
+        their compilers running side by side (``compile_together``)."""
+        from workbench.build import compile_together
+        from workbench.profile import instrument
+        key = self._sdfg_key()
+        if ("cpu", key) in self._builds or (self._timed_build is not None
+                                            and self._timed_key == key):
+            return
+        if self._timed_build is not None and self._timed_build.compiled is not None:
+            self._timed_build.compiled.finalize()
+        self._timed_build = None
+        slot = self._free_slot()
+        names = dict(self.operator_names())
+        plain, timed = compile_together([
+            dict(sdfg=self.sdfg, folder=session_build_folder(f"{self.build_slot}-{slot}"),
+                 progress=self.progress, names=names),
+            dict(sdfg=self.sdfg, folder=session_build_folder(self.build_slot + "-timers"),
+                 progress=self.progress, names=names, instrument_with=instrument)])
+        self._builds[("cpu", key)], self._slots[("cpu", key)] = plain, slot
+        self._build, self._built_json = plain, ("cpu", key)
+        self._timed_build, self._timed_key = timed, key
 
     def _instrumented_build(self):
         key = self._sdfg_key()

@@ -14,6 +14,7 @@ off.
 import copy
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,7 +127,8 @@ def _inlining_makes_views(program: dace.SDFG) -> bool:
 
 
 def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SILENT,
-                 simplify: bool = True, instrument_with=None, names: dict = None) -> Build:
+                 simplify: bool = True, instrument_with=None, names: dict = None,
+                 defer_compile: bool = False) -> Build:
     """Expand, generate and compile ``sdfg`` (a copy) inside ``folder``.
 
     A compiler error raises ``CompileError`` naming the ONNX node whose code
@@ -139,7 +141,8 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
     configuration and the unchanged objects. Release the previous build of
     that folder first (``build.compiled.finalize()`` and drop it), as the
     session does; one still held is unloaded if idle, else left loaded and
-    the new library is loaded from a copy.
+    the new library is loaded from a copy. ``defer_compile`` returns, after code
+    generation, a function that compiles and loads (see ``compile_together``).
     """
     if target not in TARGETS:
         raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
@@ -189,6 +192,32 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
         return Build(None, program, Path(program_folder), target, timings)
     header = _precompiled_header(progress, timings)
     reuse.stabilize_environments(Path(program_folder), [pch.ENVIRONMENT] if header else [])
+    if defer_compile:
+        return lambda: _compile_and_load(program, program_folder, header, timings, progress,
+                                         names)
+    return _compile_and_load(program, program_folder, header, timings, progress, names)
+
+
+def compile_together(jobs: list) -> list:
+    """Builds of several SDFGs (``compile_sdfg`` keyword arguments each), the compilers
+    running at the same time: the Python phases run one after another (DaCe's code
+    generation is not thread-safe), the C++ compilers and loads in parallel threads.
+    A profile needs the program and its instrumented twin: on 2 cores this takes
+    one compile's time instead of two."""
+    finishers = [compile_sdfg(**job, defer_compile=True) for job in jobs]
+    pending = [f for f in finishers if callable(f)]
+    if len(pending) < 2:
+        return [f() if callable(f) else f for f in finishers]
+    results = {}
+    with ThreadPoolExecutor(len(pending)) as pool:
+        futures = {i: pool.submit(f) for i, f in enumerate(finishers) if callable(f)}
+        for i, future in futures.items():
+            results[i] = future.result()
+    return [results.get(i, f) for i, f in enumerate(finishers)]
+
+
+def _compile_and_load(program, program_folder, header, timings, progress, names,
+                      target="cpu") -> Build:
     with progress.phase("compile"):
         t = time.perf_counter()
         cancel_event = getattr(progress, "cancel_event", None)
