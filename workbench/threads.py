@@ -7,25 +7,13 @@ import ctypes
 import ctypes.util
 import os
 
-from workbench.export_runner import choose_openblas_kernels
+from workbench.export_runner import choose_openblas_kernels, choose_openblas_threads
 
 DEFAULT_THREADS = int(os.environ.get("WORKBENCH_THREADS", "2"))
 
-# Debian ships OpenBLAS built with its own pthreads pool and built with OpenMP;
-# the system's default (update-alternatives) is pthreads. With it, BLAS threads
-# and the maps' OpenMP threads are two pools on the same cores: OpenBLAS's
-# threads spin after each call while the next map's OpenMP thread waits for a
-# core (bimodal runs, EfficientNet block median 2.07 ms vs 0.57 ms best). Loading
-# the OpenMP build first makes every program (NEEDED: the shared soname
-# libopenblas.so.0) bind to it, so BLAS calls and maps share one OpenMP pool.
-# WORKBENCH_OPENBLAS_THREADS=pthreads keeps the system's choice.
 choose_openblas_kernels()  # read by OpenBLAS when it loads: first
-OPENMP_OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0"
-ONE_POOL = (os.environ.get("WORKBENCH_OPENBLAS_THREADS", "openmp") == "openmp"
-            and os.path.exists(OPENMP_OPENBLAS))
-if ONE_POOL:
-    ctypes.CDLL(OPENMP_OPENBLAS, mode=ctypes.RTLD_GLOBAL)
-else:
+ONE_POOL = choose_openblas_threads()
+if not ONE_POOL:
     # Two pools: OpenMP threads that spin after a parallel region steal the cores
     # OpenBLAS's threads need (im2col Conv measured 72 ms spinning vs 15 ms passive).
     # Must be set before libgomp starts, i.e. before the first program loads.
