@@ -155,9 +155,8 @@ class Controller(QObject):
     def set_session(self, ws, on_done=None):
         """Show ``ws`` (opened here, or by the caller: the screenshot command)."""
         if self.ws is not None and self.ws is not ws:
-            close = getattr(self.ws, "close", None) or getattr(self.ws, "_release", None)
             try:
-                close()   # unload the old session's compiled library
+                self.ws.close()   # unload the old session's compiled library
             except Exception:
                 pass
         self.ws = ws

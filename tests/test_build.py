@@ -160,9 +160,9 @@ def test_large_register_transients_move_to_the_heap_without_warnings(cache):
 
 def test_switching_an_operator_to_blas_and_back_keeps_the_configuration(monkeypatch):
     import workbench
-    from workbench import session
+    from workbench import session_builds
     from workbench.ops.node import OnnxOp
-    monkeypatch.setattr(session, "BUILD_CACHE", 1)  # every build in the one folder
+    monkeypatch.setattr(session_builds, "BUILD_CACHE", 1)  # every build in the one folder
     ws = workbench.open("mlp")
     gemms = [n for n, _ in ws.sdfg.all_nodes_recursive()
              if isinstance(n, OnnxOp) and n.implementation == "blas"]

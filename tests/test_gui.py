@@ -29,11 +29,12 @@ FIRST_OP = {"mlp": "/fc1/Gemm", "bert-layer": "/attention/self/query/MatMul"}
 
 @pytest.fixture
 def window(qtbot, tmp_path):
+    """A shown window with its own settings file (test_gui_faults.py uses it too)."""
     w = MainWindow(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
     qtbot.addWidget(w)
     w.show()
     yield w
-    w.ctl.runner.shutdown()
+    w.ctl.runner.shutdown(timeout_ms=300_000)  # a cancelled compile may still be winding down
 
 
 def wait_ready(qtbot, w, timeout=120_000):

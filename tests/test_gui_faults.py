@@ -16,25 +16,17 @@ import pytest
 os.environ["QT_QPA_PLATFORM"] = "offscreen"   # never flash windows on a desktop
 pytest.importorskip("pytestqt")
 
-from PyQt5.QtCore import QSettings  # noqa: E402
 from PyQt5.QtWidgets import QMessageBox  # noqa: E402
 
 from gui.qtapp import ensure_app  # noqa: E402
 
 ensure_app()
 import gui_latency as scenarios  # noqa: E402
-from gui.main_window import MainWindow  # noqa: E402
+from test_gui import window  # noqa: E402,F401 (the fixture)
 from workbench.build import cache_dir  # noqa: E402
 from workbench.build.cancel import _children, _descendants, _working_in  # noqa: E402
 
 
-@pytest.fixture
-def window(qtbot, tmp_path):
-    w = MainWindow(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
-    qtbot.addWidget(w)
-    w.show()
-    yield w
-    w.ctl.runner.shutdown(timeout_ms=300_000)
 
 
 def verify_and_wait(qtbot, w):

@@ -1,6 +1,5 @@
 """A Session owns one model's SDFG and everything built from it."""
 import copy
-import hashlib
 import json
 import time
 import uuid
@@ -10,17 +9,12 @@ import dace
 import numpy as np
 
 from workbench import analysis
-from workbench.build import compile_sdfg, session_build_folder
 from workbench.errors import BadInputError, TransformationError
 from workbench.progress import SILENT
 from workbench.reference import random_inputs, run_reference
+from workbench.session_builds import SessionBuilds, to_json
 from workbench.session_files import SessionFiles
 from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all
-
-# Compiled programs a session keeps loaded, by SDFG hash: undo, redo or goto to any
-# of the last few built states loads nothing and compiles nothing.
-BUILD_CACHE = 4
-
 
 @dataclass
 class _Step:
@@ -31,13 +25,10 @@ class _Step:
     signature: str = None  # this user's signature of sdfg_json (see workbench.provenance)
 
 
-def _to_json(sdfg) -> str:
-    return json.dumps(sdfg.to_json(), sort_keys=True)
-
-
-class Session(SessionFiles):
+class Session(SessionBuilds, SessionFiles):
     """One imported model: ``.sdfg``, ``build``, ``run``, ``verify``, ``summary``;
-    transformations with history; files it writes come from ``SessionFiles``."""
+    transformations with history; compiled programs are kept by ``SessionBuilds``,
+    files it writes come from ``SessionFiles``."""
 
     def __init__(self, imported, progress=SILENT, build_slot: str = None):
         """``build_slot`` names the build folder; sessions used one after another
@@ -50,19 +41,14 @@ class Session(SessionFiles):
         # Step 0 is the import; each applied transformation adds one. A step
         # keeps the SDFG's JSON (deepcopy would renew memlet GUIDs; a JSON
         # round trip is exact), so undo restores the very same SDFG.
-        self._steps = [_Step(None, _to_json(self.sdfg), self.model.weights)]
+        self._steps = [_Step(None, to_json(self.sdfg), self.model.weights)]
         self._position = 0
         self._operator_names = {}
         # FLOPs are the model's, whatever the schedule: counted once, at import.
         imported = analysis.onnx_nodes(imported.sdfg)
         self._imported_ops = {n.onnx_name: n.op_type for n, _ in imported}
         self._imported_flops = {n.onnx_name: analysis.node_flops(n, st) for n, st in imported}
-        self._build = None
-        self._built_json = None
-        self._builds = {}   # (target, SDFG hash) -> Build, least recently used first
-        self._slots = {}    # the same keys -> build folder index
-        self._timed_build = None
-        self._timed_key = None
+        self._init_builds()
         self.profiles = []  # every profile taken, with its history position
         self.folder = None  # a session folder to autosave into (see workbench.persist)
         self.source = None  # what workbench.open was given (a bundled name or a path)
@@ -81,34 +67,6 @@ class Session(SessionFiles):
         return self.model.outputs
 
     # -- building and running ------------------------------------------------
-    def build(self, target: str = "cpu"):
-        """Compile the current SDFG (reused while the SDFG is unchanged)."""
-        key = (target, self._sdfg_key())
-        build = self._builds.pop(key, None)
-        if build is None:
-            slot = self._free_slot()
-            build = compile_sdfg(self.sdfg, session_build_folder(f"{self.build_slot}-{slot}"),
-                                 target, self.progress, names=dict(self.operator_names()))
-            self._slots[key] = slot
-        self._builds[key] = build  # now the most recently used
-        self._build, self._built_json = build, key
-        return build
-
-    def _free_slot(self) -> int:
-        """A build folder index for a new build: an unused one, else the least recently
-        used build's (that program is unloaded first; its folder is then rebuilt
-        without reconfiguring CMake, as the SDFG name stays the same)."""
-        if len(self._builds) >= BUILD_CACHE:
-            oldest = next(iter(self._builds))
-            old = self._builds.pop(oldest)
-            if old is self._build:
-                self._build = self._built_json = None
-            if old.compiled is not None:
-                old.compiled.finalize()
-            return self._slots.pop(oldest)
-        used = set(self._slots.values())
-        return next(i for i in range(BUILD_CACHE) if i not in used)
-
     def run(self, inputs: dict, target: str = "cpu", arch: str = None) -> dict:
         """Run the built program; ``inputs`` and the result are keyed by ONNX names.
 
@@ -119,17 +77,6 @@ class Session(SessionFiles):
         build.compiled(**args)
         return {info.onnx_name: results[info.onnx_name].reshape(info.shape)
                 for info in self.outputs}
-
-    def _runnable_build(self, target: str, arch: str):
-        if target != "gpu":
-            return self.build(target)
-        from workbench.build.cuda import load_cuda, require_cuda_device
-        require_cuda_device()  # before spending a build on it
-        build = self.build("gpu")
-        if build.compiled is not None:  # loaded; recompiled only for another arch
-            return load_cuda(build, arch)
-        with self.progress.phase("compile CUDA (nvcc) and load"):
-            return load_cuda(build, arch)
 
     def _call_args(self, build, inputs: dict):
         """Keyword arguments for ``build.compiled`` and the output arrays in them."""
@@ -176,42 +123,6 @@ class Session(SessionFiles):
                               samples, per_op, per_kernel, ref, threads, repeat, warmup)
         self.profiles.append(result)
         return result
-
-    def _build_both(self) -> None:
-        """When neither the program nor its instrumented twin is built, build both with
-        their compilers running side by side (``compile_together``)."""
-        from workbench.build import compile_together
-        from workbench.profile import instrument
-        key = self._sdfg_key()
-        if ("cpu", key) in self._builds or (self._timed_build is not None
-                                            and self._timed_key == key):
-            return
-        if self._timed_build is not None and self._timed_build.compiled is not None:
-            self._timed_build.compiled.finalize()
-        self._timed_build = None
-        slot = self._free_slot()
-        names = dict(self.operator_names())
-        plain, timed = compile_together([
-            dict(sdfg=self.sdfg, folder=session_build_folder(f"{self.build_slot}-{slot}"),
-                 progress=self.progress, names=names),
-            dict(sdfg=self.sdfg, folder=session_build_folder(self.build_slot + "-timers"),
-                 progress=self.progress, names=names, instrument_with=instrument)])
-        self._builds[("cpu", key)], self._slots[("cpu", key)] = plain, slot
-        self._build, self._built_json = plain, ("cpu", key)
-        self._timed_build, self._timed_key = timed, key
-
-    def _instrumented_build(self):
-        key = self._sdfg_key()
-        if self._timed_build is None or self._timed_key != key:
-            from workbench.profile import instrument
-            if self._timed_build is not None:
-                self._timed_build.compiled.finalize()
-            self._timed_build = None
-            expanded = compile_sdfg(self.sdfg, session_build_folder(self.build_slot + "-timers"),
-                                    "cpu", self.progress, instrument_with=instrument,
-                                    names=dict(self.operator_names()))
-            self._timed_build, self._timed_key = expanded, key
-        return self._timed_build
 
     def random_inputs(self, seed: int = 0) -> dict:
         return random_inputs(self.inputs, seed)
@@ -308,7 +219,7 @@ class Session(SessionFiles):
                  "options": [list(o) for o in match.options], "expr_index": match.expr_index,
                  "bytes_before": before, "bytes_after": after, "time": time.time()}
         del self._steps[self._position + 1:]  # a new step drops what could be redone
-        self._steps.append(_Step(entry, _to_json(trial), self.model.weights))
+        self._steps.append(_Step(entry, to_json(trial), self.model.weights))
         self._position += 1
         self._autosave()
         return entry
@@ -378,13 +289,6 @@ class Session(SessionFiles):
         (measured on a copy; unchanged match when it cannot be applied)."""
         return self._predict(match)
 
-    def close(self) -> None:
-        """Unload compiled programs (the session stays usable; it rebuilds on demand)."""
-        self._release()
-        if self._timed_build is not None and self._timed_build.compiled is not None:
-            self._timed_build.compiled.finalize()
-        self._timed_build = None
-
     def _predict(self, match):
         from dataclasses import replace
         from workbench import transform
@@ -424,19 +328,6 @@ class Session(SessionFiles):
         }
 
     # -- internals -----------------------------------------------------------
-    def _sdfg_key(self):
-        # The canonical JSON, as undo restores it (DaCe's hash_sdfg differs between an
-        # SDFG and its JSON round trip, so a restored state never matched its build).
-        return hashlib.sha256(_to_json(self.sdfg).encode()).hexdigest()
-
-    def _release(self):
-        for build in self._builds.values():
-            if build.compiled is not None:
-                build.compiled.finalize()
-        self._builds.clear()
-        self._slots.clear()
-        self._build = self._built_json = None
-
     def _input_arrays(self, inputs: dict) -> dict:
         known = {i.onnx_name: i for i in self.inputs}
         unknown = sorted(set(inputs) - set(known))

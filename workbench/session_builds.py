@@ -1,0 +1,113 @@
+"""The compiled programs of a session: a few kept loaded by SDFG, and the
+instrumented twin that ``profile`` reads its per-operator timers from."""
+import hashlib
+import json
+
+from workbench.build import compile_sdfg, compile_together, session_build_folder
+
+# Compiled programs a session keeps loaded, by SDFG: undo, redo or goto to any of the
+# last few built states loads nothing and compiles nothing.
+BUILD_CACHE = 4
+
+
+def to_json(sdfg) -> str:
+    """The SDFG's canonical JSON (what history steps keep and undo restores)."""
+    return json.dumps(sdfg.to_json(), sort_keys=True)
+
+
+class SessionBuilds:
+    """Mixed into ``Session``: needs ``sdfg``, ``progress``, ``build_slot`` and
+    ``operator_names()``; ``_init_builds`` sets up its state."""
+
+    def _init_builds(self) -> None:
+        self._build = None
+        self._builds = {}   # (target, SDFG key) -> Build, least recently used first
+        self._slots = {}    # the same keys -> build folder index
+        self._timed_build = None
+        self._timed_key = None
+
+    def build(self, target: str = "cpu"):
+        """Compile the current SDFG (reused while the SDFG is unchanged)."""
+        key = (target, self._sdfg_key())
+        build = self._builds.pop(key, None)
+        if build is None:
+            slot = self._free_slot()
+            build = compile_sdfg(**self._job(f"{self.build_slot}-{slot}", target=target))
+            self._slots[key] = slot
+        self._builds[key] = build  # now the most recently used
+        self._build = build
+        return build
+
+    def close(self) -> None:
+        """Unload compiled programs (the session stays usable; it rebuilds on demand)."""
+        for build in [*self._builds.values(), self._timed_build]:
+            if build is not None and build.compiled is not None:
+                build.compiled.finalize()
+        self._init_builds()
+
+    def _runnable_build(self, target: str, arch: str):
+        if target != "gpu":
+            return self.build(target)
+        from workbench.build.cuda import load_cuda, require_cuda_device
+        require_cuda_device()  # before spending a build on it
+        build = self.build("gpu")
+        if build.compiled is not None:  # loaded; recompiled only for another arch
+            return load_cuda(build, arch)
+        with self.progress.phase("compile CUDA (nvcc) and load"):
+            return load_cuda(build, arch)
+
+    def _job(self, slot: str, **extra) -> dict:
+        """``compile_sdfg`` arguments for the current SDFG in build folder ``slot``."""
+        return dict(sdfg=self.sdfg, folder=session_build_folder(slot), progress=self.progress,
+                    names=dict(self.operator_names()), **extra)
+
+    def _free_slot(self) -> int:
+        """A build folder index for a new build: an unused one, else the least recently
+        used build's (that program is unloaded first; its folder is then rebuilt
+        without reconfiguring CMake, as the SDFG name stays the same)."""
+        if len(self._builds) >= BUILD_CACHE:
+            oldest = next(iter(self._builds))
+            old = self._builds.pop(oldest)
+            if old is self._build:
+                self._build = None
+            if old.compiled is not None:
+                old.compiled.finalize()
+            return self._slots.pop(oldest)
+        used = set(self._slots.values())
+        return next(i for i in range(BUILD_CACHE) if i not in used)
+
+    def _drop_timed_build(self) -> None:
+        if self._timed_build is not None and self._timed_build.compiled is not None:
+            self._timed_build.compiled.finalize()
+        self._timed_build = None
+
+    def _build_both(self) -> None:
+        """When neither the program nor its instrumented twin is built, build both with
+        their compilers running side by side (``compile_together``)."""
+        from workbench.profile import instrument
+        key = self._sdfg_key()
+        if ("cpu", key) in self._builds or self._timed_key == key:
+            return
+        self._drop_timed_build()
+        slot = self._free_slot()
+        plain, timed = compile_together([
+            self._job(f"{self.build_slot}-{slot}"),
+            self._job(self.build_slot + "-timers", instrument_with=instrument)])
+        self._builds[("cpu", key)], self._slots[("cpu", key)] = plain, slot
+        self._build = plain
+        self._timed_build, self._timed_key = timed, key
+
+    def _instrumented_build(self):
+        key = self._sdfg_key()
+        if self._timed_build is None or self._timed_key != key:
+            from workbench.profile import instrument
+            self._drop_timed_build()
+            self._timed_build = compile_sdfg(**self._job(self.build_slot + "-timers",
+                                                         instrument_with=instrument))
+            self._timed_key = key
+        return self._timed_build
+
+    def _sdfg_key(self) -> str:
+        # The canonical JSON, as undo restores it (DaCe's hash_sdfg differs between an
+        # SDFG and its JSON round trip, so a restored state never matched its build).
+        return hashlib.sha256(to_json(self.sdfg).encode()).hexdigest()
