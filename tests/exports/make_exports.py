@@ -25,6 +25,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from unet_densenet import DenseNet, UNet
+
 HERE = Path(__file__).resolve().parent
 OPSET = 17
 
@@ -288,10 +290,18 @@ class BertEmbeddings(nn.Module):
         self.dropout = nn.Dropout(0.1)
         self.register_buffer("position_ids", torch.arange(max_pos).expand((1, -1)),
                              persistent=False)
+        self.register_buffer("token_type_ids", torch.zeros(self.position_ids.size(),
+                                                           dtype=torch.long), persistent=False)
 
-    def forward(self, input_ids, token_type_ids):
-        seq_length = input_ids.size()[1]
+    def forward(self, input_ids, token_type_ids=None):
+        batch_size, seq_length = input_ids.size()
         position_ids = self.position_ids[:, :seq_length]
+        if token_type_ids is None:
+            # transformers >= 4.48: the registered buffer, gathered at the position ids
+            # (exported as GatherElements), when the caller passes no token types.
+            buffered = self.token_type_ids.expand(position_ids.shape[0], -1)
+            buffered = torch.gather(buffered, dim=1, index=position_ids)
+            token_type_ids = buffered.expand(batch_size, seq_length)
         emb = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
         emb = emb + self.position_embeddings(position_ids)
         return self.dropout(self.LayerNorm(emb))
@@ -343,7 +353,7 @@ class Bert(nn.Module):
         self.layer = nn.ModuleList(BertLayer(dim, heads, inter) for _ in range(layers))
         self.pooler = nn.Linear(dim, dim)
 
-    def forward(self, input_ids, attention_mask, token_type_ids):
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
         """(last_hidden_state, pooler_output, *hidden_states), as output_hidden_states=True
         returns them: the last hidden state is an output twice (the exporter's Identity)."""
         batch_size, seq_length = input_ids.size()
@@ -459,7 +469,7 @@ def _bert_inputs():
     ids = torch.randint(0, 100, (1, 16))
     mask = torch.ones(1, 16, dtype=torch.long)
     mask[:, 12:] = 0
-    return ids, mask, torch.zeros(1, 16, dtype=torch.long)
+    return ids, mask  # no token types: BertEmbeddings gathers its buffer
 
 
 # HuggingFace and torchvision export with dynamic axes; the graph then keeps its
@@ -473,14 +483,16 @@ MODELS = {  # name -> (constructor, example inputs, input names, output names, d
     "squeezenet": (SqueezeNet, lambda: _image(64), ["input"], ["logits"], None),
     "vit": (VisionTransformer, lambda: _image(32), ["pixel_values"], ["logits"],
             {"pixel_values": {0: "batch"}}),
-    "bert": (Bert, _bert_inputs, ["input_ids", "attention_mask", "token_type_ids"],
+    "bert": (Bert, _bert_inputs, ["input_ids", "attention_mask"],
              ["last_hidden_state", "pooler_output", "hidden_states.0", "hidden_states.1",
               "hidden_states.2"],
              {n: {v: k for k, v in _TEXT_AXES.items()}
-              for n in ("input_ids", "attention_mask", "token_type_ids")}),
+              for n in ("input_ids", "attention_mask")}),
     "gpt2": (GPT2, lambda: (torch.randint(0, 128, (1, 16)),), ["input_ids"],
              ["logits", "present.0.key", "present.0.value"],
              {"input_ids": {v: k for k, v in _TEXT_AXES.items()}}),
+    "unet": (UNet, lambda: _image(32), ["input"], ["logits"], None),
+    "densenet": (DenseNet, lambda: _image(32), ["input"], ["logits"], None),
 }
 
 
