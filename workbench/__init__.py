@@ -17,16 +17,21 @@ __all__ = ["open", "open_session", "from_torch", "resolve_model", "Session", "Wo
 
 
 def resolve_model(path_or_name) -> Path:
-    """A file path, or the path of a bundled model written to the cache."""
+    """A file path, the path of a bundled model written to the cache, or of a zoo model
+    (``zoo:NAME``, see sdfg_models/zoo.py)."""
     import sdfg_models
+    from sdfg_models import zoo
     text = str(path_or_name)
+    if zoo.is_zoo_name(text):
+        return zoo.get(text).path()
     if text in sdfg_models.names():
         return sdfg_models.path_for(text)
     path = Path(text).expanduser()
     if path.exists() or any(s in text for s in ("/", "\\")) or path.suffix:
         return path
     raise UnknownModelError(f"'{text}' is neither a file nor a bundled model; bundled models "
-                            f"are {', '.join(sdfg_models.names())}.")
+                            f"are {', '.join(sdfg_models.names())}; zoo models are "
+                            f"zoo:NAME ({', '.join(zoo.names(full=False))}).")
 
 
 def from_torch(module, example_inputs, name: str = None, **kwargs):
@@ -77,12 +82,17 @@ def open(model, input_shapes: dict = None, name: str = None, progress=SILENT,  #
                 f"'{source}' is an SDFG file; the workbench opens SDFGs only inside session "
                 f"folders, which keep the ONNX model they are checked against. Open the session "
                 f"folder (or the .onnx model) instead.")
+        if _is_zoo(model):  # its entry fixes the symbolic dims; given shapes win
+            from sdfg_models import zoo
+            entry = zoo.get(model)
+            input_shapes, name = {**entry.shapes, **(input_shapes or {})}, name or entry.name
         name = name or (str(model) if str(model) in _bundled() else source.stem)
     imported = import_model(source, input_shapes=input_shapes, name=name, progress=progress,
                             memory_budget=memory_budget)
     ws = Session(imported, progress)
     if not isinstance(model, onnx.ModelProto):
-        ws.source = str(model) if str(model) in _bundled() else str(Path(source).resolve())
+        ws.source = (str(model) if str(model) in _bundled() or _is_zoo(model)
+                     else str(Path(source).resolve()))
     if session_dir is not None:
         ws.save(session_dir)
     return ws
@@ -99,6 +109,11 @@ def _open_session_folder(folder, input_shapes, progress, trust, session_dir):
     if session_dir is not None:
         ws.save(session_dir)
     return ws
+
+
+def _is_zoo(model) -> bool:
+    from sdfg_models import zoo
+    return zoo.is_zoo_name(model)
 
 
 def _bundled():
