@@ -4,8 +4,8 @@ The folder holds: program.sdfgz (the optimized, expanded SDFG: plain DaCe),
 session.sdfgz (the session's SDFG with its ONNX operators), recipe.json and
 script.py (the steps), src/ (generated sources), lib/ (the compiled library,
 CPU), weights.npz, program.json (argument order, shapes, dtypes), run.py (a
-numpy + ctypes runner), expected.npz (onnxruntime's outputs on the seeded
-inputs) and README.txt. CPU exports are run in a fresh process and compared
+numpy + ctypes runner), inputs.npz (the seeded inputs), expected.npz
+(onnxruntime's outputs on them) and README.txt. CPU exports are run in a fresh process and compared
 with onnxruntime before ``export`` returns.
 """
 import gzip
@@ -48,6 +48,7 @@ def export_session(ws, folder, target: str = "cpu") -> dict:
         shutil.copy2(Path(__file__).with_name("export_runner.py"), folder / "run.py")
         inputs = ws.random_inputs(SEED)
         reference, _ = run_reference(ws.model.reference_model, ws._reference_feeds(inputs))
+        np.savez(folder / "inputs.npz", **inputs)
         np.savez(folder / "expected.npz", **reference)
         readme += ["Run it (numpy is the only Python dependency; the library needs libgomp and",
                    "the BLAS it was built with):", "",
@@ -86,7 +87,9 @@ def _program_spec(ws, build, library_name) -> dict:
                      "onnx_name": info.onnx_name if info else name,
                      "onnx_shape": list(info.shape) if info else None})
     from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL
-    return {"name": build.sdfg.name, "library": library_name, "arguments": args,
+    inputs = [{"onnx_name": i.onnx_name, "onnx_shape": list(i.shape),
+               "dtype": np.dtype(i.dtype).name} for i in ws.inputs]  # the model's input order
+    return {"name": build.sdfg.name, "library": library_name, "arguments": args, "inputs": inputs,
             "seed": SEED, "rtol": DEFAULT_RTOL, "atol": DEFAULT_ATOL}
 
 

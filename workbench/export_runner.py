@@ -3,7 +3,8 @@
     python run.py                      seeded random inputs, prints output stats
     python run.py --inputs in.npz --out out.npz
     python run.py --check              compare with expected.npz (onnxruntime's
-                                       outputs on the seeded inputs, saved at export)
+                                       outputs on inputs.npz, the seeded inputs, both
+                                       saved at export)
 
 The compiled library (lib/) takes its arguments in the order program.json
 lists them; weights come from weights.npz. Exit code 1 when --check fails.
@@ -111,17 +112,30 @@ class Program:
         self._exit(self.state)
 
     def random_inputs(self, seed: int = 0) -> dict:
-        rng = np.random.default_rng(seed)
-        out = {}
-        for arg in self.spec["arguments"]:
-            if arg["role"] == "input":
-                dtype = np.dtype(arg["dtype"])
-                if dtype.kind == "f":
-                    value = rng.standard_normal(arg["onnx_shape"]).astype(dtype)
-                else:
-                    value = rng.integers(0, 2, arg["onnx_shape"]).astype(dtype)
-                out[arg["onnx_name"]] = value
-        return out
+        """The workbench's seeded inputs (the same draws, in the model's input order)."""
+        specs = self.spec.get("inputs") or [
+            {"onnx_name": a["onnx_name"], "onnx_shape": a["onnx_shape"], "dtype": a["dtype"]}
+            for a in self.spec["arguments"] if a["role"] == "input"]
+        return seeded_inputs([(s["onnx_name"], s["onnx_shape"], s["dtype"]) for s in specs], seed)
+
+
+def seeded_inputs(specs, seed: int = 0) -> dict:
+    """Seeded inputs for ``specs`` [(ONNX name, shape, dtype)] in the model's input order:
+    floats N(0,1), integers in [0, 2), booleans at random. The one definition the
+    workbench (``workbench.reference.random_inputs``) and exported programs share, so
+    both draw the same values for the same model and seed."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape, dtype in specs:
+        dtype = np.dtype(dtype)
+        if dtype.kind == "f":
+            value = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            value = rng.integers(0, 2, shape).astype(bool)
+        else:
+            value = rng.integers(0, 2, shape).astype(dtype)
+        out[name] = np.asarray(value)
+    return out
 
 
 def main(argv=None) -> int:
@@ -133,6 +147,9 @@ def main(argv=None) -> int:
     program = Program()
     if args.inputs:
         with np.load(args.inputs, allow_pickle=False) as data:
+            inputs = {k: data[k] for k in data.files}
+    elif args.check and (HERE / "inputs.npz").is_file():  # what expected.npz was computed on
+        with np.load(HERE / "inputs.npz", allow_pickle=False) as data:
             inputs = {k: data[k] for k in data.files}
     else:
         inputs = program.random_inputs(program.spec.get("seed", 0))

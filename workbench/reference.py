@@ -3,7 +3,6 @@
 ``onnx.reference.ReferenceEvaluator`` is the fallback for models
 onnxruntime refuses (newer opsets); the result says which one ran.
 """
-import numpy as np
 import onnx
 
 from workbench.errors import CheckFailed
@@ -33,16 +32,7 @@ def run_reference(model: onnx.ModelProto, inputs: dict, threads: int = 2):
 
 
 def random_inputs(infos, seed: int = 0) -> dict:
-    """Seeded inputs: floats N(0,1), integers in [0, 2), booleans at random."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for info in infos:
-        dtype = np.dtype(info.dtype)
-        if dtype.kind == "f":
-            value = rng.standard_normal(info.shape).astype(dtype)
-        elif dtype.kind == "b":
-            value = rng.integers(0, 2, info.shape).astype(bool)
-        else:
-            value = rng.integers(0, 2, info.shape).astype(dtype)
-        out[info.onnx_name] = np.asarray(value)
-    return out
+    """Seeded inputs in the model's input order: floats N(0,1), integers in [0, 2),
+    booleans at random (exported programs draw the very same: ``seeded_inputs``)."""
+    from workbench.export_runner import seeded_inputs
+    return seeded_inputs([(i.onnx_name, i.shape, i.dtype) for i in infos], seed)

@@ -257,32 +257,18 @@ class Session(SessionBuilds, SessionFiles):
         self._autosave()
         return True
 
-    def optimize(self, recipe) -> list:
-        """Apply a recipe (name, path or steps); returns the history entries added."""
-        from workbench import transform
-        from workbench.recipe import load_recipe
-        data = load_recipe(recipe)
-        added = []
-        for i, step in enumerate(data["steps"]):
-            name = step["transformation"]
-            t = transform.get(name)
-            if step.get("all"):
-                for _ in range(step.get("limit", 1000)):
-                    found = transform.find_matches(t, self.sdfg, self.model.weights)
-                    if not found:
-                        break
-                    added.append(self.apply(found[0]))
-                continue
-            match = transform.Match(name, tuple(tuple(w) for w in step.get("where", ())),
-                                    step.get("description", ""),
-                                    tuple(tuple(o) for o in step.get("options", ())),
-                                    step.get("expr_index", 0))
-            try:
-                added.append(self.apply(match))
-            except TransformationError as e:
-                raise TransformationError(f"recipe '{data.get('name')}' step {i + 1} "
-                                          f"({name}): {e}") from e
-        return added
+    def optimize(self, recipe):
+        """Apply a recipe (name, path or steps). Returns the history entries added (a
+        list) with ``.skipped``: steps that no longer applied, each with its reason
+        (see workbench.recipe_run)."""
+        from workbench.recipe_run import run_recipe
+        return run_recipe(self, recipe)
+
+    def replay(self, matches, fingerprint: str = None) -> list:
+        """Apply recorded steps exactly (as ``save_script`` scripts do); the first that
+        fails raises, naming its step, and the session returns to where it was."""
+        from workbench.recipe_run import replay
+        return replay(self, matches, fingerprint)
 
     def predict(self, match):
         """``match`` with ``delta_bytes`` filled: the change in bytes moved if applied

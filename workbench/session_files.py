@@ -17,19 +17,32 @@ class SessionFiles:
         save_recipe(path, f"{self.name}-steps", self.recipe_steps())
 
     def save_script(self, path) -> None:
-        """Write the applied steps as a Python script using the public API."""
+        """Write the applied steps as a Python script using the public API: it opens the
+        model and replays the steps exactly (``Session.replay``); run on another model it
+        stops before changing anything (exit 2)."""
         from workbench.persist import atomic_write
-        lines = [f'"""Replays {len(self.history)} workbench step(s) on {self.name}."""',
-                 "import workbench", "from workbench.transform import Match", "",
-                 f"ws = workbench.open({self.source or self.name!r}, "
-                 f"input_shapes={ {i.onnx_name: list(i.shape) for i in self.inputs}!r})"]
+        from workbench.recipe_run import match_of, model_fingerprint
+        shapes = {i.onnx_name: list(i.shape) for i in self.inputs}
+        lines = [f'"""Replays {len(self.history)} workbench step(s) on {self.name}.',
+                 "", "    python script.py [MODEL]    replay on MODEL (default: the one below), "
+                 "then verify", "", "Exit 2 when a step names what the model does not have, "
+                 '1 when the result does not match onnxruntime."""',
+                 "import sys", "", "import workbench", "from workbench.transform import Match",
+                 "", f"MODEL = {self.source or self.name!r}", f"INPUT_SHAPES = {shapes!r}",
+                 f"FINGERPRINT = {model_fingerprint(self)!r}  # the model the steps were "
+                 f"recorded on", "STEPS = ["]
         for step in self.recipe_steps():
-            where = tuple(tuple(w) for w in step["where"])
-            options = tuple(tuple(o) for o in step.get("options", ()))
-            lines.append(f"ws.apply(Match({step['transformation']!r}, {where!r}, "
-                         f"{step.get('description', '')!r}, {options!r}, "
-                         f"{step.get('expr_index', 0)!r}))")
-        lines += ["", 'if __name__ == "__main__":', "    print(ws.verify().text())", ""]
+            match = match_of(step)
+            lines.append(f"    Match({match.transformation!r}, {match.where!r}, "
+                         f"{match.description!r}, {match.options!r}, {match.expr_index!r}),")
+        lines += ["]", "", "", "def replay(model=MODEL):",
+                  '    """Open ``model`` and apply STEPS; the first step that fails raises."""',
+                  "    ws = workbench.open(model, input_shapes=INPUT_SHAPES if model == MODEL "
+                  "else None)", "    ws.replay(STEPS, fingerprint=FINGERPRINT)",
+                  "    return ws", "", "",
+                  'if __name__ == "__main__":',
+                  "    from workbench.cli.script import run_script",
+                  "    sys.exit(run_script(replay, sys.argv[1:]))", ""]
         atomic_write(path, "\n".join(lines).encode())
 
     def export(self, folder, target: str = "cpu") -> dict:

@@ -114,8 +114,11 @@ def apply_recipe(ws, args, progress) -> dict:
     before = ws.data_movement().to_dict()
     with progress.phase(f"recipe {args.recipe}"):
         steps = ws.optimize(args.recipe)
+    for skipped in steps.skipped:  # the recipe went on; say what it left out, and why
+        print(skipped.text())
     return {"recipe": args.recipe, "steps": len(steps), "before": before,
-            "after": ws.data_movement().to_dict()}
+            "after": ws.data_movement().to_dict(),
+            "skipped": [s.to_json() for s in steps.skipped]}
 
 
 def parse_shapes(items) -> dict:
