@@ -134,3 +134,31 @@ def registered(*classes):
     finally:
         for name in added:
             transform._REGISTRY.pop(name, None)
+
+
+# C++ that fails at run time, by kind: a write through a null pointer (the volatile keeps
+# the compiler from proving it null and emitting a trap instead), an abort, an endless loop.
+NATIVE_FAULTS = {"segfault": "{ volatile long __wb_p = 0; *(volatile int *)__wb_p = 1; }",
+                 "abort": "abort();",
+                 "hang": "{ volatile int __wb_spin = 1; while (__wb_spin) { } }"}
+
+
+def native_fault_class(kind: str = "segfault"):
+    """A transformation that makes the program crash (or hang) when it runs: it replaces
+    the first tasklet's code by ``NATIVE_FAULTS[kind]`` (the program still compiles).
+    Needs a tasklet in the SDFG: apply ExpandToMaps to an operator first."""
+    import dace
+    from workbench import nodeid
+
+    base = break_transformation_class()
+
+    class NativeFault(base):
+        name = f"NativeFault{kind.capitalize()}ForTest"
+        description = f"makes the program {kind} at run time"
+
+        def apply(self, sdfg, match, weights=None):
+            _, _, found = nodeid.resolve_all(sdfg, match.where_dict())
+            found["tasklet"].code = dace.properties.CodeBlock(NATIVE_FAULTS[kind],
+                                                              dace.Language.CPP)
+
+    return NativeFault

@@ -86,6 +86,22 @@ class VerificationError(CheckFailed):
     """Outputs do not match the reference."""
 
 
+class ProgramCrashed(CheckFailed):
+    """The compiled program died while running (a segmentation fault, an abort, ...) or
+    reported a failure. It ran in a worker process (``workbench.isolated``): the session
+    keeps every step. ``program`` and ``folder`` name the build, ``step`` the last step
+    applied, ``cause`` what happened."""
+
+    def __init__(self, message: str, program: str = "", folder: str = "", step: str = "",
+                 cause: str = ""):
+        self.program, self.folder, self.step, self.cause = program, folder, step, cause
+        super().__init__(message)
+
+
+class ProgramTimedOut(ProgramCrashed):
+    """The compiled program ran longer than the run timeout (a hang) and was stopped."""
+
+
 class TransformationError(WorkbenchError):
     """A transformation does not apply (any more) or broke the program.
 

@@ -74,9 +74,35 @@ class Session(SessionBuilds, SessionFiles):
         device's) and runs it; without a CUDA device that is a NoCudaDeviceError."""
         build = self._runnable_build(target, arch)
         args, results = self._call_args(build, inputs)
-        build.compiled(**args)
+        self._call(build, args)
         return {info.onnx_name: results[info.onnx_name].reshape(info.shape)
                 for info in self.outputs}
+
+    # Programs run in a worker process (workbench.isolated): a crash or a hang in
+    # generated code is a ProgramCrashed, and the session lives on. False runs them in
+    # this process (only to compare timings with the isolated run).
+    isolated = True
+    run_timeout = None   # seconds one call may take (None: isolated.DEFAULT_TIMEOUT_S)
+
+    def _call(self, build, args: dict, repeat: int = 1, warmup: int = 0) -> list:
+        """Call ``build``'s program ``warmup + repeat`` times on ``_call_args``' ``args``
+        (outputs are filled in place); milliseconds of the ``repeat`` timed calls."""
+        from workbench.profile import time_calls
+        if not self.isolated:
+            return time_calls(lambda: build.compiled(**args), repeat, warmup)
+        from workbench import isolated
+        return isolated.call(build, args, [o.sdfg_name for o in self.outputs],
+                             constant=self.model.weights.keys(), repeat=repeat, warmup=warmup,
+                             timeout=self.run_timeout,
+                             cancel=getattr(self.progress, "cancel_event", None),
+                             step=self._step_text())
+
+    def _step_text(self, position: int = None) -> str:
+        """The step at ``position`` (default: the current one) in words; "" for the import."""
+        position = self._position if position is None else position
+        entry = self._steps[position].entry
+        return (f"step {position}: {entry['transformation']} "
+                f"({entry.get('description') or entry.get('where')})" if entry else "")
 
     def _call_args(self, build, inputs: dict):
         """Keyword arguments for ``build.compiled`` and the output arrays in them."""
@@ -105,13 +131,12 @@ class Session(SessionBuilds, SessionFiles):
         build = self.build()
         args, _ = self._call_args(build, inputs)
         with self.progress.phase(f"time {repeat} runs"):
-            samples = prof.time_calls(lambda: build.compiled(**args), repeat, warmup)
+            samples = self._call(build, args, repeat, warmup)
         timed = self._instrumented_build()
         timed.sdfg.clear_instrumentation_reports()
         args, _ = self._call_args(timed, inputs)
         with self.progress.phase("per-operator timers"):
-            for _ in range(max(3, min(repeat, 10))):
-                timed.compiled(**args)
+            self._call(timed, args, repeat=max(3, min(repeat, 10)))  # a report per call
             per_op, per_kernel = prof.kernel_times(timed, self.operator_names())
         ref = None
         if reference:

@@ -1,0 +1,93 @@
+"""Programs run in a worker process: a crash or a hang is a typed error, not an exit.
+
+A program made to segfault, abort or loop forever on purpose (a test
+transformation writes that C++ into a tasklet, see fault_helpers) raises
+``ProgramCrashed`` / ``ProgramTimedOut`` naming the build and the last step;
+the session keeps every step (history, SDFG JSON, session folder) and the
+next run, in a fresh worker, works. A normal run gives the same outputs as
+the same program called in this process.
+"""
+import json
+
+import numpy as np
+import pytest
+
+import workbench
+from fault_helpers import native_fault_class, registered
+from workbench.errors import ProgramCrashed, ProgramTimedOut
+
+
+def _fault_session(tmp_path, kind):
+    """mlp with /fc1/Gemm expanded to maps and then made to ``kind`` at run time."""
+    ws = workbench.open("mlp", session_dir=tmp_path / "session")
+    expand = next(m for m in ws.transformations(names=["ExpandToMaps"], predict=False)
+                  if "/fc1/Gemm" in m.description)
+    ws.apply(expand)
+    fault = native_fault_class(kind)
+    with registered(fault):
+        ws.apply(ws.transformations(names=[fault.name], predict=False)[0])
+    return ws, fault
+
+
+def _saved(folder):
+    return json.loads((folder / "session.json").read_text())
+
+
+@pytest.mark.parametrize("kind", ["segfault", "abort"])
+def test_a_crashing_program_is_a_typed_error_and_the_session_lives_on(tmp_path, kind):
+    ws, fault = _fault_session(tmp_path, kind)
+    history, sdfg_json = [dict(e) for e in ws.history], ws._steps[-1].sdfg_json
+    with pytest.raises(ProgramCrashed) as caught:
+        ws.verify()
+    error = caught.value
+    assert error.exit_code == 1 and not isinstance(error, ProgramTimedOut)
+    assert ("SIGSEGV" if kind == "segfault" else "SIGABRT") in error.cause
+    build = ws.build()
+    assert error.program == build.sdfg.name and error.folder == str(build.folder)
+    assert fault.name in error.step and "step 2" in error.step
+    assert build.sdfg.name in str(error) and fault.name in str(error)
+    # every step kept, in memory and in the session folder
+    assert ws.position == 2 and [dict(e) for e in ws.history] == history
+    assert ws._steps[-1].sdfg_json == sdfg_json
+    assert [s["transformation"] for s in _saved(tmp_path / "session")["steps"]] == \
+        [h["transformation"] for h in history]
+    # the next verify (a fresh worker) of a good state works
+    ws.undo()
+    report = ws.verify()
+    assert report.match
+    assert ws.position == 1 and len(ws.steps) == 2
+
+
+def test_a_hanging_program_times_out(tmp_path):
+    ws, fault = _fault_session(tmp_path, "hang")
+    ws.run_timeout = 3
+    with pytest.raises(ProgramTimedOut) as caught:
+        ws.run(ws.random_inputs())
+    assert "did not finish within 3 s" in str(caught.value)
+    assert caught.value.cause == "timeout" and fault.name in caught.value.step
+    assert ws.position == 2 and len(ws.history) == 2
+    ws.goto(0)
+    assert ws.verify().match
+
+
+@pytest.mark.parametrize("model", ["mlp", "bert-layer"])
+def test_outputs_are_the_same_as_in_process(model):
+    ws = workbench.open(model)
+    inputs = ws.random_inputs(seed=3)
+    isolated = ws.run(inputs)
+    again = ws.run(inputs)          # the warm worker, the program already loaded
+    ws.isolated = False
+    in_process = ws.run(inputs)
+    assert isolated.keys() == in_process.keys()
+    for name in isolated:
+        assert isolated[name].dtype == in_process[name].dtype
+        np.testing.assert_array_equal(isolated[name], in_process[name])
+        np.testing.assert_array_equal(again[name], in_process[name])
+    ws.isolated = True
+    other = ws.random_inputs(seed=4)   # new inputs reach the loaded program
+    changed = ws.run(other)
+    ws.isolated = False
+    expected = ws.run(other)
+    for name in changed:
+        np.testing.assert_array_equal(changed[name], expected[name])
+        assert not np.array_equal(changed[name], isolated[name])

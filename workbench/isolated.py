@@ -1,0 +1,302 @@
+"""Running compiled programs in a worker process, so that a crash is an error, not an exit.
+
+The parent side of ``workbench.run_worker``. One worker per process, started
+on the first run and kept warm: a program is loaded into it once per build,
+its weights are copied once into shared memory (memfd segments, by array
+identity: weights are replaced, never mutated), and each run copies only the
+inputs in and the outputs out. Rules:
+1. A worker that dies (a signal: segmentation fault, abort, ...) or that
+   runs longer than the timeout (then it is killed) raises ``ProgramCrashed``
+   / ``ProgramTimedOut`` naming the program, its build folder and the step
+   the caller names; everything the worker held is dropped, and the next
+   run starts a fresh worker.
+2. Cancel (a set ``cancel`` event) kills the worker too: ``Cancelled``.
+3. A failure the program reports without dying (a failed initialization, a
+   CUDA error) leaves the worker running: ``ProgramCrashed`` as well, as the
+   run produced nothing.
+4. Timings are taken in the worker, around the call only (``repeat`` and
+   ``warmup`` as ``workbench.profile.time_calls``), with the parent's OpenMP
+   thread count (``OMP_NUM_THREADS``, which ``workbench.threads.set_threads``
+   sets) sent with every run.
+"""
+import mmap
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from multiprocessing import Pipe
+from multiprocessing.reduction import send_handle
+from pathlib import Path
+
+import numpy as np
+
+from workbench.errors import BuildError, Cancelled, ProgramCrashed, ProgramTimedOut
+
+# Seconds one call may take before it counts as hung (WORKBENCH_RUN_TIMEOUT).
+DEFAULT_TIMEOUT_S = float(os.environ.get("WORKBENCH_RUN_TIMEOUT", "300"))
+# Programs kept loaded in the worker: a session's build cache (4) and its instrumented twin.
+CAPACITY = 6
+_SIGNALS = {signal.SIGSEGV: "a segmentation fault", signal.SIGABRT: "an abort",
+            signal.SIGBUS: "a bus error", signal.SIGFPE: "a floating-point exception",
+            signal.SIGILL: "an illegal instruction", signal.SIGKILL: "SIGKILL (out of memory?)"}
+
+
+def call(build, args: dict, outputs, constant=(), repeat: int = 1, warmup: int = 0,
+         timeout: float = None, cancel=None, step: str = "") -> list:
+    """Run ``build``'s program on ``args`` (SDFG names -> arrays) in the worker.
+
+    The arrays named in ``outputs`` are filled in place; ``constant`` names
+    arrays whose contents never change while the same array objects are
+    passed (weights). ``timeout`` (seconds, default ``DEFAULT_TIMEOUT_S``)
+    applies per call. Returns the timed calls' milliseconds.
+    """
+    return _WORKER.call(build, args, set(outputs), set(constant), repeat, warmup,
+                        DEFAULT_TIMEOUT_S if timeout is None else timeout, cancel, step)
+
+
+def shutdown() -> None:
+    """Stop the worker (a later run starts a new one)."""
+    _WORKER.stop()
+
+
+class _Segment:
+    """An array's memory shared with the worker: a memfd, mapped here as a numpy view."""
+
+    def __init__(self, shape, dtype, source=None):
+        self.id = uuid.uuid4().hex[:12]
+        self.source = source    # the constant array copied in (kept: its id is the key)
+        self.nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        self.fd = os.memfd_create(f"wb-{self.id}", os.MFD_CLOEXEC)
+        os.ftruncate(self.fd, max(self.nbytes, 1))
+        self.map = mmap.mmap(self.fd, max(self.nbytes, 1))
+        self.view = np.frombuffer(self.map, dtype=dtype,
+                                  count=self.nbytes // np.dtype(dtype).itemsize).reshape(shape)
+        self.users = set()      # keys of the loaded programs that take it
+
+    def send(self, conn, pid) -> None:
+        conn.send({"op": "segment", "id": self.id, "nbytes": self.nbytes})
+        send_handle(conn, self.fd, pid)
+        os.close(self.fd)   # the mapping keeps the memory; the worker has its own fd now
+        self.fd = None
+
+
+class _Loaded:
+    def __init__(self, key, segments: dict, constants: dict):
+        self.key = key
+        self.segments = segments      # SDFG name -> _Segment
+        self.constants = constants    # SDFG name -> the array object copied in
+
+
+class _Worker:
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._reset()
+
+    def _reset(self):
+        self.proc = self.conn = self.errors = None
+        self.programs = OrderedDict()   # key -> _Loaded, least recently used first
+        self.shared = {}                # id(constant array) -> _Segment
+
+    # -- starting and stopping -------------------------------------------------
+    def _start(self):
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        self._reset()
+        parent, child = Pipe()
+        root = str(Path(__file__).resolve().parent.parent)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        self.errors = tempfile.TemporaryFile()   # the worker's stderr: its last words
+        self.proc = subprocess.Popen([sys.executable, "-m", "workbench.run_worker",
+                                      str(child.fileno())], pass_fds=(child.fileno(),), env=env,
+                                     stdin=subprocess.DEVNULL, stderr=self.errors)
+        child.close()
+        self.conn = parent
+
+    def stop(self):
+        with self._lock:
+            if self.proc is not None and self.proc.poll() is None:
+                try:
+                    self.conn.send({"op": "exit"})
+                    self.proc.wait(10)
+                except (OSError, subprocess.TimeoutExpired):
+                    self._kill()
+            self._reset()
+
+    def _kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    # -- running ------------------------------------------------------------------
+    def call(self, build, args, outputs, constant, repeat, warmup, timeout, cancel, step):
+        with self._lock:
+            self._start()
+            what = _What(build, step)
+            # a Build is one program; a GPU build reloaded for another arch is another
+            key = (f"{build.__dict__.setdefault('_worker_token', uuid.uuid4().hex[:12])}:"
+                   f"{build.compiled.filename}")
+            loaded = self.programs.get(key)
+            if loaded is not None and any(args[n] is not a for n, a in loaded.constants.items()):
+                self._unload(key, timeout, what)   # other weights than those copied in
+                loaded = None
+            if loaded is None:
+                loaded = self._load(key, build, args, outputs, constant, timeout, cancel, what)
+            self.programs.move_to_end(key)
+            for name, segment in loaded.segments.items():
+                if name in outputs:
+                    segment.view.fill(0)   # as the in-process call's fresh np.zeros
+                elif name not in loaded.constants:
+                    np.copyto(segment.view, np.asarray(args[name]).reshape(segment.view.shape),
+                              casting="same_kind")
+            reply = self._ask({"op": "run", "key": key, "repeat": repeat, "warmup": warmup,
+                               "threads": os.environ.get("OMP_NUM_THREADS")},
+                              timeout * (repeat + warmup), cancel, what)
+            for name in outputs:
+                np.copyto(args[name], loaded.segments[name].view.reshape(args[name].shape))
+            return reply["samples_ms"]
+
+    def _load(self, key, build, args, outputs, constant, timeout, cancel, what) -> _Loaded:
+        while len(self.programs) >= CAPACITY:
+            self._unload(next(iter(self.programs)), timeout, what)
+        from dace import data as dt
+        compiled = build.compiled
+        spec, init, segments, constants, new = [], [], {}, {}, []
+        for name in compiled._sig:   # DaCe's C argument order (CompiledSDFG._construct_args)
+            desc = compiled._typedict[name]
+            if name not in args:
+                raise BuildError(f"the program '{build.sdfg.name}' takes '{name}', which the "
+                                 f"session does not pass; it cannot run.")
+            value = args[name]
+            if not isinstance(desc, dt.Array):   # a scalar or a symbol: passed by value
+                item = (np.dtype(desc.dtype.as_numpy_dtype()).name,
+                        value.item() if hasattr(value, "item") else value)
+                spec.append(("scalar", *item))
+                if name in compiled._free_symbols:
+                    init.append(item)
+                continue
+            value = np.asarray(value)
+            if name in constant:
+                segment = self.shared.get(id(value))
+                if segment is None:
+                    segment = self.shared[id(value)] = _Segment(value.shape, value.dtype, value)
+                    np.copyto(segment.view, value)
+                    new.append(segment)
+                constants[name] = value
+            else:
+                segment = _Segment(value.shape, value.dtype)
+                new.append(segment)
+            segment.users.add(key)
+            segments[name] = segment
+            spec.append(("array", segment.id))
+        self.programs[key] = loaded = _Loaded(key, segments, constants)
+        for segment in new:
+            segment.send(self.conn, self.proc.pid)
+        try:
+            self._ask({"op": "load", "key": key, "library": compiled.filename,
+                       "name": build.sdfg.name, "args": spec, "init": init,
+                       "gpu": bool(getattr(compiled, "has_gpu_code", False))}, timeout, cancel,
+                      what)
+        except ProgramCrashed:
+            if key in self.programs:   # the worker lives on (rule 3): forget the program
+                self._forget(self.programs.pop(key))
+            raise
+        return loaded
+
+    def _unload(self, key, timeout, what):
+        loaded = self.programs.pop(key)
+        try:
+            self._ask({"op": "unload", "key": key}, timeout, None, what)
+        except ProgramCrashed as e:
+            if self.proc is None:   # it died in its exit: dropped; go on with a fresh one
+                self._start()
+            else:   # the program's exit reported an error: it is unloaded all the same
+                self._forget(loaded)
+            return
+        self._forget(loaded)
+
+    def _forget(self, loaded):
+        """Drop a program's segments that no other loaded program takes."""
+        key, freed = loaded.key, []
+        for segment in set(loaded.segments.values()):
+            segment.users.discard(key)
+            if not segment.users:
+                freed.append(segment.id)
+                if segment.source is not None:
+                    self.shared.pop(id(segment.source), None)
+        if freed:
+            self.conn.send({"op": "free", "ids": freed})
+
+    def _ask(self, msg, timeout, cancel, what) -> dict:
+        """Send ``msg`` and wait for the answer; a dead, hung or cancelled worker is killed."""
+        try:
+            self.conn.send(msg)
+        except OSError:
+            pass   # it died already; the wait below says how
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self.conn.poll(0.05):
+                    reply = self.conn.recv()
+                    if not reply.get("ok"):
+                        raise what.failed(f"reported an error: {reply.get('error')}",
+                                          "error")
+                    return reply
+            except (EOFError, OSError):
+                self.proc.wait()
+                raise self._crashed(what) from None
+            if self.proc.poll() is not None and not self.conn.poll(0):
+                raise self._crashed(what)
+            if cancel is not None and cancel.is_set():
+                self._kill()
+                self._reset()
+                raise Cancelled(f"the run of '{what.program}' was cancelled; its worker "
+                                f"process was stopped and nothing changed")
+            if time.monotonic() > deadline:
+                self._kill()
+                self._reset()
+                raise what.failed(f"did not finish within {timeout:g} s and was stopped "
+                                  f"(a hang? WORKBENCH_RUN_TIMEOUT or the session's "
+                                  f"run_timeout sets the limit)", "timeout", ProgramTimedOut)
+
+    def _crashed(self, what):
+        code = self.proc.returncode
+        last = self._last_words()
+        self._reset()
+        try:
+            sig = signal.Signals(-code)
+            cause = f"{_SIGNALS.get(sig, sig.name)} ({sig.name})"
+        except ValueError:
+            cause = f"exit status {code}"
+        return what.failed(f"crashed with {cause}{f' [{last}]' if last else ''}", cause)
+
+    def _last_words(self) -> str:
+        try:
+            self.errors.seek(0, os.SEEK_END)
+            self.errors.seek(max(0, self.errors.tell() - 400))
+            text = self.errors.read().decode(errors="replace").strip()
+        except (OSError, ValueError, AttributeError):
+            return ""
+        return " / ".join(text.splitlines()[-3:])
+
+
+class _What:
+    """What was running, for the error message."""
+
+    def __init__(self, build, step: str):
+        self.program, self.folder, self.step = build.sdfg.name, str(build.folder), step
+
+    def failed(self, how: str, cause: str, kind=ProgramCrashed):
+        return kind(f"the program '{self.program}' (build folder {self.folder}) {how}. Last "
+                    f"step applied: {self.step or 'none (the model as imported)'}. It ran in a "
+                    f"worker process: the session keeps every step, and the next run starts a "
+                    f"fresh worker. Undo the step to get a program that runs.",
+                    program=self.program, folder=self.folder, step=self.step, cause=cause)
+
+
+_WORKER = _Worker()

@@ -1,0 +1,160 @@
+"""The worker process that runs compiled programs for ``workbench.isolated``.
+
+    python -m workbench.run_worker FD     (started by workbench.isolated, never by hand)
+
+Generated code is native code: a segmentation fault, an abort or an endless
+loop in it must end this process, not the session's. Rules:
+1. Only numpy and ctypes here: no DaCe, so the worker starts in a fraction
+   of a second and a fresh one after a crash costs little.
+2. Arrays arrive as memfd segments (file descriptors passed over the
+   socket), mapped once and kept while a loaded program uses them; the
+   parent writes inputs and weights into them, the program writes its
+   outputs there. Nothing big is ever pickled.
+3. A library is loaded from a private copy: the session rebuilds into the
+   same path, and ``dlopen`` answers a known path with the old library.
+4. The same OpenBLAS kernels, OpenMP OpenBLAS and thread count as the parent
+   (``workbench.threads``), so runtimes measured here are the parent's.
+5. The worker dies with its parent (``PR_SET_PDEATHSIG``): a program stuck in
+   a loop never outlives the window that started it.
+"""
+import ctypes
+import mmap
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import recv_handle
+
+_CTYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double, "int64": ctypes.c_int64,
+           "int32": ctypes.c_int32, "int16": ctypes.c_int16, "int8": ctypes.c_int8,
+           "uint8": ctypes.c_uint8, "bool": ctypes.c_bool}
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL(None)
+        libc.prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:   # the parent is already gone
+        sys.exit(0)
+
+
+class _Segment:
+    def __init__(self, fd: int, nbytes: int):
+        self.map = mmap.mmap(fd, max(nbytes, 1))
+        os.close(fd)
+        self.view = (ctypes.c_char * max(nbytes, 1)).from_buffer(self.map)
+        self.address = ctypes.addressof(self.view)
+
+    def close(self) -> None:
+        del self.view   # the buffer export must go before the map can close
+        self.map.close()
+
+
+class _Program:
+    def __init__(self, msg: dict, segments: dict, workdir: str):
+        private = tempfile.mktemp(suffix=".so", dir=workdir)
+        shutil.copyfile(msg["library"], private)   # rule 3
+        self.lib = ctypes.CDLL(private, mode=os.RTLD_LOCAL | os.RTLD_NOW)
+        os.unlink(private)   # mapped now; nothing else may load it
+        name = msg["name"]
+        self._init = getattr(self.lib, f"__dace_init_{name}")
+        self._init.restype = ctypes.c_void_p
+        self._run = getattr(self.lib, f"__program_{name}")
+        self._run.restype = None
+        self._exit = getattr(self.lib, f"__dace_exit_{name}")
+        self._exit.restype = ctypes.c_int
+        self.segments = [sid for kind, sid, *_ in msg["args"] if kind == "array"]
+        self.args = [ctypes.c_void_p(segments[a[1]].address) if a[0] == "array"
+                     else _CTYPES[a[1]](a[2]) for a in msg["args"]]
+        # dlsym through the program's handle finds the CUDA runtime it links
+        self.gpu_error = getattr(self.lib, "cudaGetLastError", None) if msg.get("gpu") else None
+        if self.gpu_error is not None:
+            self.gpu_error.restype = ctypes.c_int
+        init = [_CTYPES[dtype](value) for dtype, value in msg["init"]]
+        self.state = ctypes.c_void_p(self._init(*init))
+        if not self.state.value:
+            raise RuntimeError(f"the program '{name}' failed to initialize")
+
+    def call(self) -> None:
+        self._run(self.state, *self.args)
+        if self.gpu_error is not None:
+            code = self.gpu_error()
+            if code:
+                text = getattr(self.lib, "cudaGetErrorString")
+                text.restype = ctypes.c_char_p
+                raise RuntimeError(f"CUDA error {code}: {text(code).decode()}")
+
+    def close(self) -> int:
+        return self._exit(self.state)
+
+
+def _set_threads(n, current):
+    if n is not None and n != current:
+        from workbench.threads import set_threads
+        set_threads(int(n))
+    return n if n is not None else current
+
+
+def serve(conn: Connection) -> None:
+    from workbench import threads  # noqa: F401 (rule 4: before any program loads)
+    segments, programs, threads_now = {}, {}, os.environ.get("OMP_NUM_THREADS")
+    workdir = tempfile.mkdtemp(prefix=f"wb-worker-{os.getpid()}-")
+    try:
+        while True:
+            try:
+                msg = conn.recv()
+            except EOFError:
+                return
+            op = msg["op"]
+            if op == "segment":   # no reply: the load that follows answers for it
+                segments[msg["id"]] = _Segment(recv_handle(conn), msg["nbytes"])
+                continue
+            if op == "free":
+                for sid in msg["ids"]:
+                    segment = segments.pop(sid, None)
+                    if segment is not None:
+                        segment.close()
+                continue
+            try:
+                if op == "load":
+                    programs[msg["key"]] = _Program(msg, segments, workdir)
+                    reply = {"ok": True}
+                elif op == "run":
+                    threads_now = _set_threads(msg.get("threads"), threads_now)
+                    program = programs[msg["key"]]
+                    for _ in range(msg.get("warmup", 0)):
+                        program.call()
+                    samples = []
+                    for _ in range(msg.get("repeat", 1)):
+                        t = time.perf_counter()
+                        program.call()
+                        samples.append((time.perf_counter() - t) * 1e3)
+                    reply = {"ok": True, "samples_ms": samples}
+                elif op == "unload":
+                    program = programs.pop(msg["key"], None)
+                    reply = {"ok": True, "exit": program.close() if program else 0}
+                elif op == "exit":
+                    return
+                else:
+                    reply = {"ok": False, "error": f"unknown request {op!r}"}
+            except Exception as e:   # a failure the program reported: the worker lives on
+                reply = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+            conn.send(reply)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    _die_with_parent()
+    serve(Connection(int(argv[0])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
