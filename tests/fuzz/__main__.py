@@ -1,4 +1,5 @@
 """``python -m tests.fuzz --count 500 --seed 0 [--jobs N] [--timeout S] [--json]``
+``python -m tests.fuzz --steps [--models A,B] [--count N] [--seed S] [--json]`` (steps.py)
 
 Exits 1 when any mutant made the CLI crash, print a traceback, hang, blow
 past its memory limit or print more than one error paragraph.
@@ -17,11 +18,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.fuzz", description=(
         "Write broken versions of the bundled models and run app.py info (and verify) on "
         "each; exit 1 if any run crashes, prints a traceback, hangs or blows up."))
-    p.add_argument("--count", type=int, default=500, help="number of mutants")
+    p.add_argument("--count", type=int, help="number of mutants (500) or step sequences (20)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=2, help="mutants run at the same time")
-    p.add_argument("--timeout", type=float, default=120.0,
-                   help="seconds per command before it counts as a hang")
+    p.add_argument("--timeout", type=float, help="seconds per command before it counts as a "
+                   "hang (120; --steps: 600 without progress)")
     p.add_argument("--address-space", type=float, default=4.0,
                    help="RLIMIT_AS of each command, GiB")
     p.add_argument("--budget", default="1G", help="WORKBENCH_MEMORY_BUDGET given to the CLI")
@@ -32,7 +33,18 @@ def main(argv=None) -> int:
     p.add_argument("--keep-failures", metavar="DIR", help="copy failing mutants here")
     p.add_argument("--json", action="store_true", help="one JSON object as the last line")
     p.add_argument("--verbose", action="store_true", help="a line per mutant on stderr")
+    p.add_argument("--steps", action="store_true", help="fuzz random sequences of listed "
+                   "transformation steps instead (tests/fuzz/steps.py)")
+    p.add_argument("--models", help="--steps: comma-separated models (default: the zoo's)")
+    p.add_argument("--out", help="--steps: folder for journals and failing recipes")
+    p.add_argument("--no-bisect", action="store_true",
+                   help="--steps: do not look for the shortest failing prefix")
     args = p.parse_args(argv)
+    if args.steps:
+        from tests.fuzz import steps
+        args.count, args.timeout = args.count or 20, args.timeout or 600.0
+        return steps.main(args)
+    args.count, args.timeout = args.count or 500, args.timeout or 120.0
     kinds = args.kinds.split(",") if args.kinds else None
     unknown = [k for k in kinds or () if k not in MUTATIONS]
     if unknown:

@@ -172,10 +172,16 @@ class Program:
 
 
 def exported(sdfg, state, access, members) -> bool:
-    """Whether ``access`` must still be written when ``members`` become one node."""
+    """Whether ``access`` must still be written when ``members`` become one node.
+
+    Only a reader of this very access node (or of the array in another state)
+    needs the value: a member writing an array in place writes it through a
+    new access node, which decides for itself. Writing a transient that
+    nothing reads would be worse than useless: DaCe's dead-dataflow pass
+    then drops the memlet and leaves the kernel's row pointer uninitialized.
+    """
     return (not sdfg.arrays[access.data].transient
             or readers_elsewhere(sdfg, state, access.data) > 0
-            or sum(1 for n in state.data_nodes() if n.data == access.data) > 1
             or any(e.dst not in members for e in state.out_edges(access)))
 
 
@@ -194,8 +200,8 @@ def compose(sdfg, state, members) -> Program:
             position = node.onnx_inputs.index(conn)
             if (conn, position) not in member_inputs(node):
                 continue
-            if e.src.data in local:
-                operands[conn] = local[e.src.data]
+            if e.src in local:  # by access node: an in-place member reuses the array
+                operands[conn] = local[e.src]
             elif literal(node, position, dtype):
                 operands[conn] = literal(node, position, dtype)
             else:
@@ -205,13 +211,13 @@ def compose(sdfg, state, members) -> Program:
                 operands[conn] = inputs[e.src.data]
         outs = {}
         for e in state.out_edges(node):
-            outs[e.src_conn] = local[e.dst.data] = fresh()
+            outs[e.src_conn] = local[e.dst] = fresh()
         lines += member_code(node, operands, outs, fresh)
         for e in state.out_edges(node):
             if exported(sdfg, state, e.dst, members):
                 conn = f"y{len(program.outputs)}"
                 program.outputs.append((conn, e.dst))
-                lines.append(f"{conn} = {local[e.dst.data]}")
+                lines.append(f"{conn} = {local[e.dst]}")
             else:
                 program.internal.append(e.dst)
     program.code = "\n".join(lines)

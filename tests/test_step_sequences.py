@@ -1,0 +1,92 @@
+"""Sequences of listed steps keep the program's meaning: the bugs the step fuzzer
+(``python -m tests.fuzz --steps``, tests/fuzz/steps.py) found, each replayed on the
+smallest model that shows it, and a seeded sample of the fuzzer itself.
+
+Every test builds the program and compares it with onnxruntime.
+"""
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+import workbench
+from tests.fuzz import steps as step_fuzz
+from workbench.transform import Match
+
+
+def _op(name: str) -> str:
+    return f"main:op:{name}#0"
+
+
+def _gelu_model(rows: int = 4, cols: int = 64):
+    """y = x * 0.5 * (1 + erf(x / sqrt 2)): BERT's exported GELU, Div Erf Add Mul Mul."""
+    const = {n: numpy_helper.from_array(np.array(v, np.float32), n)
+             for n, v in (("sqrt2", 1.4142135), ("one", 1.0), ("half", 0.5))}
+    nodes = [helper.make_node("Div", ["x", "sqrt2"], ["d"], name="gelu/Div"),
+             helper.make_node("Erf", ["d"], ["e"], name="gelu/Erf"),
+             helper.make_node("Add", ["e", "one"], ["a"], name="gelu/Add"),
+             helper.make_node("Mul", ["x", "a"], ["m"], name="gelu/Mul"),
+             helper.make_node("Mul", ["m", "half"], ["y"], name="gelu/Mul_1")]
+    graph = helper.make_graph(
+        nodes, "gelu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, cols])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, cols])],
+        initializer=list(const.values()))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _verified(ws):
+    report = ws.verify()
+    assert report.match, report.text()
+    return report
+
+
+def test_inplace_then_elementwise_chain_fusion():
+    """BERT-tiny's segfault: the GELU's Add writing over the Erf output, then the whole
+    GELU fused. The in-place array then had two access nodes; the fused node kept both
+    as outputs though nothing read them, DaCe's dead-dataflow pass dropped their memlets
+    and the row kernel wrote through uninitialized pointers."""
+    ws = workbench.open(_gelu_model())
+    ws.replay([
+        Match("InPlaceElementwise", (("node", _op("gelu/Add")),)),
+        Match("ElementwiseChainFusion", tuple(
+            (f"op{k}", _op(f"gelu/{n}")) for k, n in enumerate(["Div", "Erf", "Add", "Mul",
+                                                                 "Mul_1"]))),
+    ])
+    (fused,) = [n for n in ws.sdfg.start_state.nodes() if getattr(n, "op_type", "") ==
+                "FusedElementwise"]
+    outputs = [e.dst.data for e in ws.sdfg.start_state.out_edges(fused)]
+    assert outputs == ["y"], outputs   # the in-place intermediate is a local, not an array
+    _verified(ws)
+
+
+def test_inplace_chain_fusion_keeps_an_array_read_outside():
+    """The same in-place array, read by an operator outside the fused group: it stays
+    an output (the last value written), and the reader sees that value."""
+    model = _gelu_model()
+    model.graph.node.append(helper.make_node("Neg", ["a"], ["z"], name="outside/Neg"))
+    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 64]))
+    ws = workbench.open(model)
+    ws.replay([
+        Match("InPlaceElementwise", (("node", _op("gelu/Add")),)),
+        Match("ElementwiseChainFusion", tuple(
+            (f"op{k}", _op(f"gelu/{n}")) for k, n in enumerate(["Div", "Erf", "Add", "Mul",
+                                                                 "Mul_1"]))),
+    ])
+    (fused,) = [n for n in ws.sdfg.start_state.nodes() if getattr(n, "op_type", "") ==
+                "FusedElementwise"]
+    assert sorted(e.dst.data for e in ws.sdfg.start_state.out_edges(fused)) == ["e", "y"]
+    _verified(ws)
+
+
+# -- a seeded sample of the step fuzzer ---------------------------------------------
+SAMPLE_MODELS = ["zoo:mlp", "zoo:resblock"]
+SAMPLE_COUNT = 3
+SAMPLE_SEED = 1
+
+
+def test_step_fuzzer_sample(tmp_path):
+    tasks = step_fuzz.plan(SAMPLE_MODELS, SAMPLE_COUNT, SAMPLE_SEED)
+    results = step_fuzz.fuzz(tasks, tmp_path, timeout=300, bisect_failures=False)
+    bad = [r for r in results if r.outcome != step_fuzz.OK]
+    assert not bad, "\n".join(step_fuzz.describe(r) for r in bad)
+    counts = step_fuzz.tally(results)
+    assert counts["sequences"] == SAMPLE_COUNT
+    assert counts["steps_applied"] >= 10 * SAMPLE_COUNT // 2, counts
