@@ -33,20 +33,18 @@ from tests.zoo.cells import PATHS
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def pick_models(full: bool, wanted: str) -> list:
+def pick_models(full: bool, wanted: str) -> tuple:
+    """(the zoo names picked, the names not in the zoo)."""
     from sdfg_models import zoo
     names = zoo.names(full=full)
     if not wanted:
-        return names
+        return names, []
     picked, unknown = [], []
     for name in wanted.split(","):
         name = name.strip().removeprefix(zoo.PREFIX)
         name = f"{name}-full" if full and f"{name}-full" in names else name
         (picked if name in names else unknown).append(name)
-    if unknown:
-        raise SystemExit(f"unknown {'full-size ' if full else ''}zoo model(s) "
-                         f"{', '.join(unknown)}; known: {', '.join(names)}")
-    return picked
+    return picked, unknown
 
 
 def run_cache(keep: str = None) -> Path:
@@ -199,7 +197,11 @@ def main(argv=None) -> int:
     bad = [x for x in paths if x not in PATHS]
     if bad:
         p.error(f"unknown path(s) {', '.join(bad)}; paths are {', '.join(PATHS)}")
-    models = pick_models(args.full, args.models)
+    models, unknown = pick_models(args.full, args.models)
+    if unknown:
+        from sdfg_models import zoo
+        p.error(f"unknown {'full-size ' if args.full else ''}zoo model(s) {', '.join(unknown)}; "
+                f"known: {', '.join(zoo.names(full=args.full))}")
     cache = run_cache(args.keep)
     env = {**os.environ, "WORKBENCH_CACHE": str(cache),
            "DACE_default_build_folder": str(cache / "dacecache")}
