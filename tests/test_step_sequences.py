@@ -5,6 +5,8 @@ smallest model that shows it, and a seeded sample of the fuzzer itself.
 Every test builds the program and compares it with onnxruntime.
 """
 import numpy as np
+import pytest
+from dace.sdfg import nodes
 from onnx import TensorProto, helper, numpy_helper
 
 import workbench
@@ -73,6 +75,31 @@ def test_inplace_chain_fusion_keeps_an_array_read_outside():
     (fused,) = [n for n in ws.sdfg.start_state.nodes() if getattr(n, "op_type", "") ==
                 "FusedElementwise"]
     assert sorted(e.dst.data for e in ws.sdfg.start_state.out_edges(fused)) == ["e", "y"]
+    _verified(ws)
+
+
+def _conv_model():
+    w = np.random.default_rng(0).standard_normal((8, 4, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])], "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+        initializer=[numpy_helper.from_array(w, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("step", ["TrivialMapElimination", "MapExpansion"])
+def test_map_steps_keep_openmp_collapse_within_the_map(step):
+    """resblock (fuzzer seed 1): the padded copy of a Conv is a 3-D map collapsed over 3
+    loops; removing its batch dimension of 1 (or splitting the dimensions off into
+    nested maps) left collapse(3) on fewer loops, which does not compile."""
+    ws = workbench.open(_conv_model())
+    ws.replay([Match("ConvAsShiftedGemm", (("node", _op("conv")),)),
+               Match("ExpandToMaps", (("node", _op("conv")),)),
+               Match(step, (("map_entry", "main:nsdfg:conv#0>pad_copy:map:conv__pad_copy_map#0"),
+                            ))])
+    maps = [n.map for n, _ in ws.sdfg.all_nodes_recursive() if isinstance(n, nodes.MapEntry)]
+    assert all(m.collapse <= max(1, len(m.params)) for m in maps)
     _verified(ws)
 
 

@@ -10,7 +10,11 @@ rules per row:
    DaCe (sequential inside a parallel map) instead of fixing it to
    Sequential, so that MapCollapse can join them again (it wants equal
    schedules).
-3. AccumulateTransient: an inner map's reduction (WCR) into the outer map
+3. A map's OpenMP ``collapse`` never exceeds its own dimensions after a
+   step: TrivialMapElimination drops dimensions and MapExpansion splits
+   them off without lowering it, and ``collapse(3)`` over two loops does
+   not compile.
+4. AccumulateTransient: an inner map's reduction (WCR) into the outer map
    is accumulated in a local buffer started at the reduction's identity
    (0 for sums, 1 for products, the type's lowest/highest finite value
    for max/min: DaCe cannot print an infinity), then written once.
@@ -20,6 +24,7 @@ import dace
 import numpy as np
 from dace import dtypes
 from dace.frontend.operations import detect_reduction_type
+from dace.sdfg import nodes
 from dace.transformation import dataflow as df
 
 from workbench.transform import DacePattern, register
@@ -83,9 +88,21 @@ WRAPPED = [
 ]
 
 
+def clamp_collapse(sdfg) -> None:
+    """Rule 3, over every map of ``sdfg``."""
+    for node, _ in sdfg.all_nodes_recursive():
+        if isinstance(node, nodes.MapEntry) and node.map.collapse > len(node.map.params):
+            node.map.collapse = max(1, len(node.map.params))
+
+
+def _apply(self, sdfg, match):
+    DacePattern.apply(self, sdfg, match)
+    clamp_collapse(sdfg)
+
+
 def _make(name, pattern, description, options, accept, match_options):
     attrs = {"level": "local", "name": name, "description": description, "pattern": pattern,
-             "options": options}
+             "options": options, "apply": _apply}
     if accept is not None:
         attrs["accept"] = lambda self, sdfg, state, roles: accept(sdfg, state, roles)
     if match_options is not None:
