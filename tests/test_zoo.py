@@ -16,7 +16,7 @@ import pytest
 
 import workbench
 from sdfg_models import zoo
-from tests.zoo.__main__ import main as zoo_main, table
+from tests.zoo.__main__ import ModelRun, main as zoo_main, table
 from workbench.errors import ModelLoadError, UnknownModelError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,6 +110,35 @@ def test_table_marks_failures_and_skips():
     assert "ok (2 skipped)" in text and "FAIL [1]" in text
     assert "[1] gpt2 / import: mismatch: logits" in text
     assert text.splitlines()[3].split()[:4] == ["gpt2", "FAIL", "[1]", "-"]  # auto not run
+
+
+class _Crashing(ModelRun):
+    """Children that pass the first cell they get, then die (a segfault, as generated
+    code can), or hang in it."""
+
+    def __init__(self, how, *args):
+        super().__init__(*args)
+        self.how = how
+
+    def command(self, paths):
+        first = json.dumps({"model": self.name, "path": paths[0], "ok": True, "text": "",
+                            "skipped": 0, "seconds": 0.0})
+        end = ("time.sleep(60)" if self.how == "hang"
+               else "os.kill(os.getpid(), signal.SIGSEGV)")
+        return [sys.executable, "-c", f"import os, signal, sys, time; print({first!r}, "
+                f"flush=True); print('last words', file=sys.stderr, flush=True); {end}"]
+
+
+@pytest.mark.parametrize("how, why", [("crash", "process died (signal 11): last words"),
+                                      ("hang", "timed out after 2 s")])
+def test_a_dying_cell_fails_alone_and_the_others_run(how, why, tmp_path):
+    logged = []
+    run = _Crashing(how, "mlp", ["import", "default", "auto", "script"], tmp_path, None, 2,
+                    logged.append)
+    results = run.run()
+    assert [results[p]["ok"] for p in ("import", "default", "auto", "script")] == [
+        True, False, True, False]   # each new child passes one cell, then dies in the next
+    assert results["default"]["text"] == why and len(logged) == 4
 
 
 @pytest.mark.parametrize("model, paths", [("mlp", "import,export"), ("gpt2", "import")])

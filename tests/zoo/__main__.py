@@ -91,11 +91,14 @@ class ModelRun:
             self._child([p for p in self.paths if p not in self.results])
         return self.results
 
+    def command(self, paths) -> list:
+        return [sys.executable, "-m", "tests.zoo.cells", self.name, "--paths", ",".join(paths),
+                "--work", str(self.work)]
+
     def _child(self, paths):
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.zoo.cells", self.name, "--paths", ",".join(paths),
-             "--work", str(self.work)], cwd=ROOT, env=self.env, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, start_new_session=True)
+        proc = subprocess.Popen(self.command(paths), cwd=ROOT, env=self.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
         lines, tail = queue.Queue(), []
         threading.Thread(target=_pump, args=(proc.stdout, lines.put), daemon=True).start()
         threading.Thread(target=_pump, args=(proc.stderr, lambda s: _keep_tail(tail, s)),
