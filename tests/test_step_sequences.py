@@ -103,6 +103,24 @@ def test_map_steps_keep_openmp_collapse_within_the_map(step):
     _verified(ws)
 
 
+def test_inplace_leaves_a_concat_producer_writing_into_its_slice():
+    """SqueezeNet: after ConcatInPlace a Relu writes its slice of the Concat's output
+    through a View; InPlaceElementwise renamed that View to the Relu's input, which
+    made the slice a copy again. An output that is a View is not renamed."""
+    nodes_ = [helper.make_node("Abs", ["x"], ["t"], name="abs"),
+              helper.make_node("Relu", ["t"], ["r"], name="relu"),
+              helper.make_node("Neg", ["x"], ["n"], name="neg"),
+              helper.make_node("Concat", ["r", "n"], ["y"], name="concat", axis=1)]
+    graph = helper.make_graph(
+        nodes_, "concat", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16])])
+    ws = workbench.open(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                          ir_version=8))
+    ws.replay([Match("ConcatInPlace", (("node", _op("concat")),))])
+    assert not ws.transformations(names=["InPlaceElementwise"], nodes=["relu"], predict=False)
+    _verified(ws)
+
+
 # -- a seeded sample of the step fuzzer ---------------------------------------------
 SAMPLE_MODELS = ["zoo:mlp", "zoo:resblock"]
 SAMPLE_COUNT = 3

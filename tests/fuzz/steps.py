@@ -385,17 +385,26 @@ def bisect(result: Outcome, out: Path, timeout: float) -> None:
     result.prefix_recipe = str(path)
 
 
-def fuzz(tasks: list, out: Path, timeout: float = 600.0, jobs: int = 1, bisect_failures=True,
-         on_result=None) -> list:
-    """Run ``tasks`` (batched by model, ``jobs`` models at a time); bisect the failures."""
-    from concurrent.futures import ThreadPoolExecutor
-    out.mkdir(parents=True, exist_ok=True)
+def batches(tasks: list, size: int) -> list:
+    """Tasks of one model at a time, ``size`` per child (one import per batch), the
+    models' batches taken in turn so that a run cut short has touched every model."""
     by_model = {}
     for task in tasks:
         by_model.setdefault(task.model, []).append(task)
+    chunks = [[mine[k:k + size] for k in range(0, len(mine), size)]
+              for mine in by_model.values()]
+    return [c[k] for k in range(max(map(len, chunks), default=0)) for c in chunks if k < len(c)]
 
-    def one_model(batch):
-        results = run_tasks(batch, out, timeout, on_result)
+
+def fuzz(tasks: list, out: Path, timeout: float = 600.0, jobs: int = 1, bisect_failures=True,
+         on_result=None, batch: int = 4) -> list:
+    """Run ``tasks`` (``batch`` of one model per child, ``jobs`` children at a time);
+    bisect the failures."""
+    from concurrent.futures import ThreadPoolExecutor
+    out.mkdir(parents=True, exist_ok=True)
+
+    def one_batch(chunk):
+        results = run_tasks(chunk, out, timeout, on_result)
         for r in results:
             recipe = out / f"{_file_stem(Task(r.id, r.model))}.json"
             if r.outcome in BUGS and r.steps:
@@ -409,9 +418,9 @@ def fuzz(tasks: list, out: Path, timeout: float = 600.0, jobs: int = 1, bisect_f
         return results
 
     with ThreadPoolExecutor(max(1, jobs)) as pool:
-        batches = list(pool.map(one_model, by_model.values()))
+        done = list(pool.map(one_batch, batches(tasks, batch)))
     order = {t.id: k for k, t in enumerate(tasks)}
-    return sorted((r for b in batches for r in b), key=lambda r: order[r.id])
+    return sorted((r for b in done for r in b), key=lambda r: order[r.id])
 
 
 def tally(results: list) -> dict:

@@ -4,7 +4,9 @@ Rules:
 1. Matches an element-wise operator (``workbench.ops.elementwise``: one
    map over the output, each input read at the output's index or
    broadcast) with its ``pure`` implementation.
-2. Its output is a transient written only by it, in the main state only.
+2. Its output is a transient array (not a view: a Concat's producer writing
+   into its slice through one must keep doing so) written only by it, in
+   the main state only.
 3. One input X has the output's shape and element type, is a transient
    array (not a view) used in this state only, feeds this operator once
    (not ``x * x``) and nothing else through this access node, and every
@@ -40,7 +42,8 @@ def overwritable_input(sdfg, state, node):
         return None
     y = outs[0].dst
     y_desc = sdfg.arrays[y.data]
-    if (not y_desc.transient or not _only_here(sdfg, state, y.data)
+    if (type(y_desc) is not dt.Array or not y_desc.transient
+            or not _only_here(sdfg, state, y.data)
             or len(access_nodes(sdfg, y.data)) != 1 or state.in_degree(y) != 1):
         return None
     graph, step = dataflow_steps(state)
