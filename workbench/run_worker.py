@@ -16,6 +16,11 @@ loop in it must end this process, not the session's. Rules:
    (``workbench.threads``), so runtimes measured here are the parent's.
 5. The worker dies with its parent (``PR_SET_PDEATHSIG``): a program stuck in
    a loop never outlives the window that started it.
+6. Freed memory stays with the process (``_keep_freed_memory``): programs
+   allocate their large transients on every call, and a young process's
+   malloc hands them back to the system each time: bert-layer took 5,536 page
+   faults per call (22 MB) and ran 1.5x slower than in the session's process,
+   whose heap never shrinks that way.
 """
 import ctypes
 import mmap
@@ -41,6 +46,17 @@ def _die_with_parent() -> None:
         pass
     if os.getppid() == 1:   # the parent is already gone
         sys.exit(0)
+
+
+def _keep_freed_memory() -> None:
+    """glibc malloc: never trim the heap, and serve blocks up to 32 MiB (the largest
+    threshold it accepts) from it rather than from fresh mmaps (rule 6)."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-1, 2 ** 31 - 1)   # M_TRIM_THRESHOLD
+        libc.mallopt(-3, 32 << 20)      # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
 
 
 class _Segment:
@@ -152,6 +168,7 @@ def serve(conn: Connection) -> None:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     _die_with_parent()
+    _keep_freed_memory()
     serve(Connection(int(argv[0])))
     return 0
 
