@@ -1,65 +1,84 @@
 """TransientReuse: buffers whose lifetimes do not overlap share one allocation.
 
 Rules:
-1. Candidates are the transient arrays (not views) of the top-level SDFG
-   used in one state only and outside maps, written there before being
-   read, with no accumulating (WCR) write.
-2. Work happens in the state's dataflow order, with a map and everything
-   inside it counted as one step. Buffer B may take over the memory of A
-   when every node that reads or writes A comes strictly before every node
-   that writes B (so A is dead before B is born); A and B have the same
-   shape and element type.
-3. Buffers are visited in order of their first write; each joins the first
+1. An array's lifetime is every use of its memory (``lifetimes``): through
+   every access node of it and of every View that sees it (a slice of a
+   Concat's output that a producer writes, a reshape read in place), counted
+   in the state's dataflow steps, a map and all it holds being one step.
+2. Candidates are transient arrays (not Views) whose memory is touched in
+   one state only, exactly (``lifetimes.Family.exact``: no access inside a
+   map, no accumulating write, no copy that the build could turn into an
+   alias, no user the build could take apart), named in no condition or
+   assignment between states, and written in that state before any read
+   (every reader has a writer among its ancestors: no value comes in from
+   an earlier run of the state).
+3. Buffer B may take over the memory of A when every use of A comes
+   strictly before every use of B, and both have the same shape, strides,
+   element type, storage and lifetime.
+4. Buffers are visited in order of their first write; each joins the first
    pool whose every member it may take over from, else opens a new pool.
    Every member of a pool is renamed to the pool's first array.
-4. One match per state with at least one pool of two or more.
-Bytes moved stay the same; the memory the program touches shrinks, and with
-it cache and TLB misses. Apply it last: it makes one array hold several
-values, which rewrites that expect one writer per array no longer match.
+5. One match per state with at least one pool of two or more.
+The order between operators is what keeps a value alive until its last
+reader is done, so in a state whose buffers hold several values the build
+keeps every operator whole (``workbench.ops.whole``). Bytes moved stay the
+same; the memory the program touches shrinks, and with it cache and TLB
+misses. Apply it last: it makes one array hold several values, which
+rewrites that expect one writer per array no longer match.
 """
 import networkx as nx
 from dace import data as dt
 
+from transforms.global_.lifetimes import families
 from transforms.graph import dataflow_steps, ident
 from workbench import nodeid
 from workbench.errors import TransformationError
 from workbench.transform import Transformation, register
 
 
+def _layout(desc) -> tuple:
+    return (desc.dtype, tuple(desc.shape), tuple(desc.strides), desc.total_size,
+            desc.start_offset, desc.alignment, desc.storage, desc.lifetime)
+
+
+def _interstate_names(sdfg) -> set:
+    names = set()
+    for edge in sdfg.all_interstate_edges():
+        names |= set(edge.data.read_symbols()) | set(edge.data.assignments)
+    return names
+
+
 def plan(sdfg, state) -> list:
     """Pools of array names (the first names the shared buffer), two or more each."""
-    graph, step = dataflow_steps(state)
+    graph, step = steps = dataflow_steps(state)
     order = {n: i for i, n in enumerate(nx.topological_sort(graph))}
-    uses, writers = {}, {}
-    others = {n.data for s in sdfg.states() if s is not state for n in s.data_nodes()}
-    for access in state.data_nodes():
-        desc = sdfg.arrays[access.data]
-        if not desc.transient or type(desc) is not dt.Array or access.data in others:
-            continue
-        ins, outs = state.in_edges(access), state.out_edges(access)
-        if any(e.data.wcr is not None for e in ins) or step(access) is not access:
-            others.add(access.data)  # accumulates into what was there, or lives in a map
-        uses.setdefault(access.data, set()).update(step(e.src) for e in ins)
-        uses[access.data].update(step(e.dst) for e in outs)
-        writers.setdefault(access.data, set()).update(step(e.src) for e in ins)
-    names = [n for n in uses if n not in others and writers[n]]
-    names.sort(key=lambda n: (min(order[w] for w in writers[n]), n))
     before = {}
 
+    def ancestors(node):
+        if node not in before:
+            before[node] = nx.ancestors(graph, node)
+        return before[node]
+
+    elsewhere = {root for s in sdfg.states() if s is not state
+                 for root in families(sdfg, s)} | _interstate_names(sdfg)
+    fams = {}
+    for name, fam in families(sdfg, state, steps).items():
+        desc = sdfg.arrays.get(name)
+        if (desc is None or type(desc) is not dt.Array or not desc.transient or not fam.exact
+                or name in elsewhere or not fam.writers):
+            continue
+        if all(ancestors(r) & fam.writers for r in fam.readers):
+            fams[name] = fam
+    names = sorted(fams, key=lambda n: (min(order[w] for w in fams[n].writers), n))
+
     def dead_before(a, b):
-        for w in writers[b]:
-            if w not in before:
-                before[w] = nx.ancestors(graph, w)
-            if not uses[a] <= before[w]:
-                return False
-        return True
+        return all(fams[a].uses <= ancestors(u) for u in fams[b].uses)
 
     pools = []
     for name in names:
-        desc = sdfg.arrays[name]
+        layout = _layout(sdfg.arrays[name])
         for pool in pools:
-            first = sdfg.arrays[pool[0]]
-            if (first.dtype == desc.dtype and tuple(first.shape) == tuple(desc.shape)
+            if (_layout(sdfg.arrays[pool[0]]) == layout
                     and all(dead_before(other, name) for other in pool)):
                 pool.append(name)
                 break

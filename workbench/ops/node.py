@@ -12,6 +12,7 @@ from dace.sdfg import nodes
 from dace.transformation.transformation import ExpandTransformation
 
 from workbench.ops import registry
+from workbench.ops.whole import keep_whole
 
 
 def _expansion(impl_name: str):
@@ -22,7 +23,7 @@ def _expansion(impl_name: str):
 
         @staticmethod
         def expansion(node, state, sdfg, **kwargs):
-            return registry.expand(node, state, sdfg, impl_name)
+            return keep_whole(registry.expand(node, state, sdfg, impl_name), node, state, sdfg)
 
     _Expand.__name__ = _Expand.__qualname__ = f"OnnxExpand_{impl_name}"
     # A module attribute, so that SDFG files that record the expansion
