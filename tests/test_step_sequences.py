@@ -78,12 +78,12 @@ def test_inplace_chain_fusion_keeps_an_array_read_outside():
     _verified(ws)
 
 
-def _conv_model():
-    w = np.random.default_rng(0).standard_normal((8, 4, 3, 3)).astype(np.float32)
+def _conv_model(cin: int = 4, cout: int = 8):
+    w = np.random.default_rng(0).standard_normal((cout, cin, 3, 3)).astype(np.float32)
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])], "conv",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cout, 8, 8])],
         initializer=[numpy_helper.from_array(w, "w")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
@@ -100,6 +100,31 @@ def test_map_steps_keep_openmp_collapse_within_the_map(step):
                             ))])
     maps = [n.map for n, _ in ws.sdfg.all_nodes_recursive() if isinstance(n, nodes.MapEntry)]
     assert all(m.collapse <= max(1, len(m.params)) for m in maps)
+    _verified(ws)
+
+
+def _apply_all(ws, name, limit=20):
+    """Apply ``name``'s first listed match until none is listed; any failure raises."""
+    for _ in range(limit):
+        found = ws.transformations(names=[name], predict=False)
+        if not found:
+            return
+        ws.apply(found[0])
+    raise AssertionError(f"{name} is still listed after {limit} steps")
+
+
+def test_tiled_maps_take_further_map_steps():
+    """mbconv, resblock (seed 0): MapTiling ended blocks in min(N, i + 32) where 32 does
+    not divide N; the next step that propagated memlets (MapExpansion, StateFusion)
+    widened them past the array (an invalid SDFG), and MapExpansion of a tile's inner
+    map, entered by an empty memlet, raised AttributeError inside DaCe."""
+    ws = workbench.open(_conv_model(64, 64))
+    ws.replay([Match("ConvAsShiftedGemm", (("node", _op("conv")),)),
+               Match("ExpandToMaps", (("node", _op("conv")),))])
+    _apply_all(ws, "MapTiling")
+    assert ws.position > 3, "the 64-channel maps no longer tile"
+    for name in ("MapExpansion", "StateFusion", "TrivialMapElimination"):
+        _apply_all(ws, name)
     _verified(ws)
 
 

@@ -3,10 +3,15 @@
 Each row: (name, DaCe pattern, description, options, accept, per-match
 options). ``accept(sdfg, state, roles)`` adds conditions to DaCe's own;
 rules per row:
-1. MapTiling: blocks of 32 per dimension; only a map with unit steps (not
-   the tile loop a tiling made) and a dimension longer than one block.
+1. MapTiling: blocks of 32 in each dimension that is a multiple of 32 and
+   longer than one block (the others stay whole); only a map with unit
+   steps (not the tile loop a tiling made). A block that does not divide
+   its dimension ends in ``min(N, i + 32)``, which DaCe's memlet
+   propagation widens past the array: the next step that propagates
+   (MapExpansion, StateFusion, ...) then yields an invalid SDFG.
 2. MapInterchange, MapCollapse, MapExpansion, TrivialMapElimination: as
-   DaCe matches them. MapExpansion leaves the inner maps' schedule to
+   DaCe matches them; MapExpansion not on a map entered by an empty memlet
+   (the inner map of a tiling: DaCe's expansion fails on it). MapExpansion leaves the inner maps' schedule to
    DaCe (sequential inside a parallel map) instead of fixing it to
    Sequential, so that MapCollapse can join them again (it wants equal
    schedules).
@@ -32,12 +37,32 @@ from workbench.transform import DacePattern, register
 TILE = 32
 
 
+def _tiled(size) -> bool:
+    """Rule 1 for one dimension's length."""
+    return not dace.symbolic.issymbolic(size) and int(size) > TILE and int(size) % TILE == 0
+
+
+def _tile_sizes(entry) -> list:
+    """TILE for the dimensions it tiles, the whole length (left alone) for the others."""
+    sizes = [end - begin + 1 for begin, end, _ in entry.map.range]
+    return [TILE if _tiled(n) else (str(n) if dace.symbolic.issymbolic(n) else int(n))
+            for n in sizes]
+
+
 def _tileable(sdfg, state, roles) -> bool:
     entry = roles["map_entry"]
     if any(step != 1 for _, _, step in entry.map.range):
         return False
-    return any(dace.symbolic.issymbolic(end - begin) is False and end - begin + 1 > TILE
-               for begin, end, _ in entry.map.range)
+    return any(_tiled(end - begin + 1) for begin, end, _ in entry.map.range)
+
+
+def _tile_options(sdfg, state, roles) -> dict:
+    return {"tile_sizes": tuple(_tile_sizes(roles["map_entry"])), "divides_evenly": True}
+
+
+def _expandable(sdfg, state, roles) -> bool:
+    """Rule 2: every memlet into the map comes through a connector."""
+    return all(e.dst_conn is not None for e in state.in_edges(roles["map_entry"]))
 
 
 _IDENTITY = {dtypes.ReductionType.Sum: lambda t: 0, dtypes.ReductionType.Product: lambda t: 1,
@@ -74,12 +99,12 @@ def _accumulate_options(sdfg, state, roles) -> dict:
 
 WRAPPED = [
     ("MapTiling", df.MapTiling, "Tile a map (blocks of 32 per dimension) for cache reuse",
-     {"tile_sizes": (TILE,)}, _tileable, None),
+     {"tile_sizes": (TILE,)}, _tileable, _tile_options),
     ("MapInterchange", df.MapInterchange, "Swap two nested maps", {}, None, None),
     ("MapCollapse", df.MapCollapse, "Collapse nested maps into one for more parallelism", {},
      None, None),
     ("MapExpansion", df.MapExpansion, "Split a multi-dimensional map into nested maps",
-     {"inner_schedule": dace.ScheduleType.Default}, None, None),
+     {"inner_schedule": dace.ScheduleType.Default}, _expandable, None),
     ("AccumulateTransient", df.AccumulateTransient,
      "Accumulate a map's reduction in a local buffer before writing it once", {},
      _accumulable, _accumulate_options),
