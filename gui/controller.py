@@ -10,6 +10,15 @@ Session: DaCe's SDFG objects are not safe to read in one thread while
 another pattern-matches or copies them, and timings must not compete with
 predictions for the CPU. Lanes still decide what waits for what and which
 results are stale; the lock only keeps two of them off the Session at once.
+It is also the Session's own lock (``ws.lock``).
+
+Every applied step is verified in the background (``ws.verify_steps``): a
+job in the ``checks`` lane per step, which holds the lock only while it
+generates code; compiling, running (in the worker process) and comparing
+go on while the window applies, undoes or lists further
+(``workbench.step_checks``). ``stepChecked`` tells the history panel.
+Programs run in a worker process (``workbench.isolated``): a crash is a
+``ProgramCrashed`` shown as "Program crashed", and the session lives on.
 """
 import threading
 import time
@@ -105,6 +114,8 @@ class Controller(QObject):
     buildFailed = pyqtSignal(object)    # the BuildError (CompileError: names the node)
     untrusted = pyqtSignal(str, str)    # session folder, why: ask before opening it
     status = pyqtSignal(str)            # a status-bar message
+    stepChecked = pyqtSignal(object)    # a history entry whose "verified" was just set
+    _checkRequested = pyqtSignal(object, object)   # (session, step), from any thread
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -120,6 +131,9 @@ class Controller(QObject):
         self.last_profile = None
         self.profile_repeat, self.profile_warmup = 10, 2
         self.matches_state = "done"     # listing | predicting | done
+        self.verify_steps = True        # check each applied step in the background
+        self.checking = set()           # id() of history entries being checked
+        self._checkRequested.connect(self._submit_check)   # queued: runs on the UI thread
 
     # -- opening -------------------------------------------------------------
     def open_model(self, model, on_done=None) -> None:
@@ -161,6 +175,9 @@ class Controller(QObject):
                 pass
         self.ws = ws
         ws.progress = self.progress
+        ws.lock = self.lock
+        ws.verify_steps = self.verify_steps
+        ws.step_checks = self._checkRequested.emit   # called by ws.apply in a worker
         self.selection, self.focus = (), None
         self.reports, self.last_build, self.analysis = {}, None, None
         profiles = getattr(ws, "profiles", None)
@@ -316,6 +333,25 @@ class Controller(QObject):
                           lambda r: self.record(r, on_done), cancellable=True,
                           error_title="Build failed")
 
+    def _submit_check(self, ws, step) -> None:
+        """A background job verifying ``step`` of ``ws`` (see the module docstring)."""
+        from workbench import step_checks
+        entry = step.entry
+        self.checking.add(id(entry))
+
+        def done(_):
+            self.checking.discard(id(entry))
+            if ws is self.ws:
+                self.stepChecked.emit(entry)
+
+        def failed(error):
+            self.checking.discard(id(entry))
+            self._failed("Verifying a step failed", error)
+        self.runner.submit("checks", f"Verifying {entry.get('transformation')}",
+                           lambda job: step_checks.check_now(ws, step, self.lock),
+                           on_done=done, on_error=failed)
+        self.stepChecked.emit(entry)   # shown as being checked
+
     @staticmethod
     def _with_sources(ws, build):
         from gui.code_panel import attach_source_map
@@ -390,9 +426,12 @@ class Controller(QObject):
 
     def _failed(self, title, error):
         from workbench.errors import Cancelled as AnyCancel   # the GUI's and the build's
+        from workbench.errors import ProgramCrashed
         if isinstance(error, AnyCancel):
             self.status.emit("Cancelled: nothing changed")
             return
+        if isinstance(error, ProgramCrashed):
+            title = "Program crashed"
         self.build_failed(error)
         from workbench.errors import WorkbenchError
         if not isinstance(error, WorkbenchError):   # a bug: keep the traceback for the report

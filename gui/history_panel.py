@@ -1,13 +1,43 @@
-"""History: every step with bytes moved and measured time; undo, redo, go back, save.
+"""History: every step with bytes moved, measured time and its check; undo, redo, go back, save.
 
 Row 0 is the import. Steps after the current position (undone, but
-redo-able) are shown greyed. Clicking a row goes to that step.
+redo-able) are shown greyed. Clicking a row goes to that step. The last
+column shows each step's verification (``entry["verified"]``, see
+``workbench.step_checks``): a check mark with the largest error, a cross
+with the output that differs (or why the program did not run), an ellipsis
+while the background check runs. A failed step offers "Undo to before this
+step" (its row's context menu, and the button below for the first failed
+step of the current history).
 """
 from PyQt5.QtCore import Qt
 from PyQt5.QtGui import QBrush, QColor, QFont
-from PyQt5.QtWidgets import (QFileDialog, QHBoxLayout, QHeaderView, QPushButton, QTreeWidget,
-                             QTreeWidgetItem,
-                             QVBoxLayout, QWidget)
+from PyQt5.QtWidgets import (QFileDialog, QHBoxLayout, QHeaderView, QMenu, QPushButton,
+                             QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget)
+
+COLUMNS = ["#", "Step", "Bytes moved", "Ratio", "Time", "Check"]
+CHECK = COLUMNS.index("Check")
+PASSED, FAILED, PENDING = QColor("#1a7f37"), QColor("#b42318"), QColor("#777777")
+
+
+def check_mark(entry: dict, pending: bool = False):
+    """(text, colour, tooltip) of a step's verification; ("", None, "") when unchecked."""
+    verified = (entry or {}).get("verified")
+    if verified is None:
+        return ("…", PENDING, "being verified in the background") if pending else ("", None, "")
+    if verified.get("match"):
+        err = verified.get("max_abs_err")
+        return (f"✓ {err:.1e}", PASSED,
+                f"matches onnxruntime; largest error {err:.3g} (output {verified.get('output')})")
+    if verified.get("error"):
+        return "✗ did not run", FAILED, verified["error"]
+    return (f"✗ {verified.get('output')}", FAILED,
+            f"output {verified.get('output')} differs from onnxruntime (max abs err "
+            f"{verified.get('max_abs_err'):.3g})")
+
+
+def failed_step(entry: dict) -> bool:
+    verified = (entry or {}).get("verified")
+    return verified is not None and not verified.get("match")
 
 from gui.graph_model import human_bytes
 
@@ -25,14 +55,20 @@ class HistoryPanel(QWidget):
         super().__init__(parent)
         self.ctl = controller
         self.tree = QTreeWidget()
-        self.tree.setHeaderLabels(["#", "Step", "Bytes moved", "Ratio", "Time"])
+        self.tree.setHeaderLabels(COLUMNS)
         self.tree.setRootIsDecorated(False)
         header = self.tree.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(1, QHeaderView.Stretch)
-        for c in (0, 2, 3, 4):
+        for c in (0, 2, 3, 4, CHECK):
             header.setSectionResizeMode(c, QHeaderView.ResizeToContents)
         self.tree.itemClicked.connect(self._clicked)
+        self.tree.setContextMenuPolicy(Qt.CustomContextMenu)
+        self.tree.customContextMenuRequested.connect(self._context_menu)
+        self.undo_failed_button = QPushButton("Undo failed step")
+        self.undo_failed_button.setToolTip("go back to before the first step that failed "
+                                           "its verification")
+        self.undo_failed_button.clicked.connect(self.undo_first_failed)
         self.undo_button = QPushButton("Undo")
         self.redo_button = QPushButton("Redo")
         self.recipe_button = QPushButton("Save recipe…")
@@ -42,7 +78,7 @@ class HistoryPanel(QWidget):
         self.recipe_button.clicked.connect(self.ask_save_recipe)
         self.script_button.clicked.connect(self.ask_save_script)
         row = QHBoxLayout()
-        for b in (self.undo_button, self.redo_button):
+        for b in (self.undo_button, self.redo_button, self.undo_failed_button):
             row.addWidget(b)
         row.addStretch(1)
         for b in (self.recipe_button, self.script_button):
@@ -52,7 +88,7 @@ class HistoryPanel(QWidget):
         col.addWidget(self.tree, 1)
         col.addLayout(row)
         for signal in (controller.opened, controller.changed, controller.profiled,
-                       controller.analysed):
+                       controller.analysed, controller.stepChecked):
             signal.connect(self.refresh)
 
     def refresh(self, *_):
@@ -75,24 +111,69 @@ class HistoryPanel(QWidget):
             moved_text = human_bytes(moved) + (f" ({'+' if delta > 0 else ''}{human_bytes(delta)})"
                                                if delta else "")
             ratio = f"{moved / compulsory:.2f}" if compulsory and moved is not None else ""
+            entry = steps[i - 1] if i else None
+            mark, colour, why = check_mark(entry, id(entry) in self.ctl.checking)
             item = QTreeWidgetItem([str(i), text, moved_text, ratio,
-                                    f"{prof.total_ms:.2f} ms" if prof else ""])
+                                    f"{prof.total_ms:.2f} ms" if prof else "", mark])
             item.setData(0, Qt.UserRole, i)
             item.setToolTip(1, text)
             if i == ws.position:
                 font = QFont(item.font(1))
                 font.setBold(True)
-                for c in range(5):
+                for c in range(len(COLUMNS)):
                     item.setFont(c, font)
                 item.setText(0, f"▶{i}")
             elif i > ws.position:
-                for c in range(5):
+                for c in range(len(COLUMNS)):
                     item.setForeground(c, QBrush(QColor("#9a9a9a")))
+            if colour is not None and i <= ws.position:
+                item.setForeground(CHECK, QBrush(colour))
+            item.setToolTip(CHECK, why)
             self.tree.addTopLevelItem(item)
         self.undo_button.setEnabled(ws.position > 0)
         self.redo_button.setEnabled(ws.position < len(steps))
+        self.undo_failed_button.setEnabled(self.first_failed() is not None)
         self.recipe_button.setEnabled(bool(ws.history))
         self.script_button.setEnabled(bool(ws.history) and hasattr(ws, "save_script"))
+
+    def first_failed(self):
+        """The position of the first applied step that failed its check, or None."""
+        ws = self.ctl.ws
+        if ws is None:
+            return None
+        return next((i for i, e in enumerate(ws.history, start=1) if failed_step(e)), None)
+
+    def undo_first_failed(self):
+        step = self.first_failed()
+        if step is not None:
+            self.ctl.goto(step - 1)
+
+    def undo_to_before(self, step: int):
+        """Go to the step before ``step`` (what the context menu offers)."""
+        if self.ctl.ws is not None and step >= 1:
+            self.ctl.goto(step - 1)
+
+    def _context_menu(self, point):
+        item = self.tree.itemAt(point)
+        if item is not None and self.ctl.ws is not None:
+            self.menu_for(item.data(0, Qt.UserRole)).popup(
+                self.tree.viewport().mapToGlobal(point))
+
+    def menu_for(self, step: int) -> QMenu:
+        """The context menu of row ``step``."""
+        ws = self.ctl.ws
+        menu = QMenu(self)
+        if step >= 1:
+            undo = menu.addAction("Undo to before this step")
+            undo.triggered.connect(lambda _=False: self.undo_to_before(step))
+            undo.setEnabled(step <= ws.position)
+            if failed_step(ws.steps[step - 1]):
+                f = undo.font()
+                f.setBold(True)
+                undo.setFont(f)
+        go = menu.addAction("Go to this step")
+        go.triggered.connect(lambda _=False: self.ctl.goto(step))
+        return menu
 
     def _clicked(self, item, _col):
         step = item.data(0, Qt.UserRole)

@@ -137,16 +137,18 @@ def registered(*classes):
 
 
 # C++ that fails at run time, by kind: a write through a null pointer (the volatile keeps
-# the compiler from proving it null and emitting a trap instead), an abort, an endless loop.
+# the compiler from proving it null and emitting a trap instead), an abort, an endless loop;
+# "wrong" runs fine and writes zeros (a wrong answer).
 NATIVE_FAULTS = {"segfault": "{ volatile long __wb_p = 0; *(volatile int *)__wb_p = 1; }",
                  "abort": "abort();",
-                 "hang": "{ volatile int __wb_spin = 1; while (__wb_spin) { } }"}
+                 "hang": "{ volatile int __wb_spin = 1; while (__wb_spin) { } }",
+                 "wrong": None}
 
 
 def native_fault_class(kind: str = "segfault"):
-    """A transformation that makes the program crash (or hang) when it runs: it replaces
-    the first tasklet's code by ``NATIVE_FAULTS[kind]`` (the program still compiles).
-    Needs a tasklet in the SDFG: apply ExpandToMaps to an operator first."""
+    """A transformation that makes the program crash, hang or compute a wrong answer when
+    it runs: it replaces the first tasklet's code by ``NATIVE_FAULTS[kind]`` (the program
+    still compiles). Needs a tasklet in the SDFG: apply ExpandToMaps to an operator first."""
     import dace
     from workbench import nodeid
 
@@ -158,7 +160,8 @@ def native_fault_class(kind: str = "segfault"):
 
         def apply(self, sdfg, match, weights=None):
             _, _, found = nodeid.resolve_all(sdfg, match.where_dict())
-            found["tasklet"].code = dace.properties.CodeBlock(NATIVE_FAULTS[kind],
-                                                              dace.Language.CPP)
+            tasklet = found["tasklet"]
+            code = NATIVE_FAULTS[kind] or "".join(f"{c} = 0;" for c in tasklet.out_connectors)
+            tasklet.code = dace.properties.CodeBlock(code, dace.Language.CPP)
 
     return NativeFault

@@ -1,6 +1,8 @@
 """A Session owns one model's SDFG and everything built from it."""
 import copy
+import functools
 import json
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -9,12 +11,21 @@ import dace
 import numpy as np
 
 from workbench import analysis
-from workbench.errors import BadInputError, TransformationError
+from workbench.errors import BadInputError, CheckFailed, TransformationError
 from workbench.progress import SILENT
 from workbench.reference import random_inputs, run_reference
 from workbench.session_builds import SessionBuilds, to_json
 from workbench.session_files import SessionFiles
 from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all
+
+def _holding_lock(method):
+    """Run ``method`` holding the session's lock (see ``Session.verify_steps``)."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self.lock:
+            return method(self, *args, **kwargs)
+    return locked
+
 
 @dataclass
 class _Step:
@@ -53,6 +64,7 @@ class Session(SessionBuilds, SessionFiles):
         self.folder = None  # a session folder to autosave into (see workbench.persist)
         self.source = None  # what workbench.open was given (a bundled name or a path)
         self.recovery_note = ""
+        self.lock = threading.RLock()   # held while a call works on the SDFG (verify_steps)
 
     @property
     def name(self) -> str:
@@ -67,6 +79,7 @@ class Session(SessionBuilds, SessionFiles):
         return self.model.outputs
 
     # -- building and running ------------------------------------------------
+    @_holding_lock
     def run(self, inputs: dict, target: str = "cpu", arch: str = None) -> dict:
         """Run the built program; ``inputs`` and the result are keyed by ONNX names.
 
@@ -104,10 +117,12 @@ class Session(SessionBuilds, SessionFiles):
         return (f"step {position}: {entry['transformation']} "
                 f"({entry.get('description') or entry.get('where')})" if entry else "")
 
-    def _call_args(self, build, inputs: dict):
-        """Keyword arguments for ``build.compiled`` and the output arrays in them."""
-        args = dict(self.model.weights)
-        args.update(self._input_arrays(inputs))
+    def _call_args(self, build, inputs: dict, weights: dict = None):
+        """Keyword arguments for ``build.compiled`` and the output arrays in them
+        (``weights``: another step's, default the current ones)."""
+        args = dict(self.model.weights if weights is None else weights)
+        args.update({name: value.reshape(build.sdfg.arrays[name].shape)   # as ``build`` stores it
+                     for name, value in self._input_arrays(inputs).items()})
         results = {}
         for info in self.outputs:
             results[info.onnx_name] = np.zeros(build.sdfg.arrays[info.sdfg_name].shape,
@@ -115,6 +130,7 @@ class Session(SessionBuilds, SessionFiles):
             args[info.sdfg_name] = results[info.onnx_name]
         return args, results
 
+    @_holding_lock
     def profile(self, repeat: int = 20, warmup: int = 3, reference: bool = True,
                 threads: int = None, inputs: dict = None):
         """Median runtimes of the current program, per ONNX operator too.
@@ -152,6 +168,7 @@ class Session(SessionBuilds, SessionFiles):
     def random_inputs(self, seed: int = 0) -> dict:
         return random_inputs(self.inputs, seed)
 
+    @_holding_lock
     def verify(self, inputs: dict = None, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
                expect: dict = None, target: str = "cpu", arch: str = None):
         """Run the program (built for ``target``; see ``run``) and onnxruntime (or
@@ -218,8 +235,19 @@ class Session(SessionBuilds, SessionFiles):
                     matches.append(self._predict(m) if predict else m)
         return matches
 
-    def apply(self, match):
-        """Apply one match; on any failure the SDFG stays exactly as it was."""
+    # Verify every step after it is applied, in the background: the result lands in
+    # the step's history entry as "verified" (see workbench.step_checks). While a check
+    # generates code it holds ``lock``, which apply, run, verify and profile take too.
+    verify_steps = False
+    step_checks = None   # schedules a check: f(session, step); None: one background thread
+
+    @_holding_lock
+    def apply(self, match, verify: bool = False):
+        """Apply one match; on any failure the SDFG stays exactly as it was.
+
+        ``verify`` builds and verifies the new step before returning and records
+        ``entry["verified"] = {"match", "max_abs_err", "output"}`` (with "error" when
+        its program did not build or crashed); see also ``verify_steps``."""
         from workbench import transform
         t = transform.get(match.transformation)
         before = self.data_movement().moved_bytes
@@ -247,7 +275,39 @@ class Session(SessionBuilds, SessionFiles):
         self._steps.append(_Step(entry, to_json(trial), self.model.weights))
         self._position += 1
         self._autosave()
+        if verify:
+            self._record_verification(self._steps[-1])
+        elif self.verify_steps:
+            if self.step_checks is None:
+                from workbench.step_checks import BackgroundChecks
+                self.step_checks = BackgroundChecks()
+            self.step_checks(self, self._steps[-1])
         return entry
+
+    def check_step(self, position: int = None) -> dict:
+        """Build and verify the program of step ``position`` (default: the current one)
+        and record the result in its history entry; returns the record."""
+        from workbench import step_checks
+        position = self._position if position is None else position
+        if position == self._position:
+            return self._record_verification(self._steps[position])
+        return step_checks.check_now(self, self._steps[position], self.lock)
+
+    def wait_checks(self, timeout: float = None) -> None:
+        """Wait for the background checks of ``verify_steps`` to finish."""
+        if self.step_checks is not None and hasattr(self.step_checks, "wait"):
+            self.step_checks.wait(timeout)
+
+    @_holding_lock
+    def _record_verification(self, step) -> dict:
+        """Verify the current program (its build stays cached) as ``step``'s record."""
+        from workbench import step_checks
+        try:
+            verified = step_checks.verified_from(self.verify())
+        except CheckFailed as e:   # a failed build or a crash is what the check found
+            verified = step_checks.failed(e)
+        step_checks.record(self, step, verified)
+        return verified
 
     # -- history -------------------------------------------------------------
     @property

@@ -1,0 +1,130 @@
+"""Verified steps: the program of one history step, built and compared with onnxruntime.
+
+``Session.apply(m, verify=True)`` checks the new step before returning;
+with ``Session.verify_steps`` every applied step is checked in the
+background. The result goes into the step's history entry (and so into the
+session folder's manifest):
+
+    entry["verified"] = {"match": bool, "max_abs_err": float, "output": worst output}
+
+plus ``"error"`` when the step's program did not build or crashed (then
+``match`` is False and ``max_abs_err`` None). Rules:
+1. A check works on the step it was given (its SDFG JSON and weights never
+   change), never on ``ws.sdfg``: the session may have moved on meanwhile.
+2. DaCe's code generation is not thread-safe: ``prepare`` (JSON to SDFG,
+   expand, simplify, generate code) runs under the session's lock; the C++
+   compile, the run (in the worker process) and the comparison do not.
+3. A background check builds in its own folder (``<slot>-check``), one check
+   at a time per session, so it never disturbs the session's build cache.
+4. The reference is onnxruntime on the session's seeded inputs (seed 0),
+   computed once per session.
+"""
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from workbench.errors import WorkbenchError
+from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all
+
+
+def verified_from(report) -> dict:
+    """The history entry's record of a verification report."""
+    worst = report.worst()
+    return {"match": bool(report.match), "max_abs_err": float(worst.max_abs_err),
+            "output": worst.name}
+
+
+def failed(error: Exception) -> dict:
+    """The record of a step whose program did not build or crashed."""
+    from workbench.errors import ProgramCrashed
+    if isinstance(error, ProgramCrashed):
+        what = f"the program crashed: {error.cause}"
+    else:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        what = f"{type(error).__name__}: {first[:300]}"
+    return {"match": False, "max_abs_err": None, "output": "", "error": what}
+
+
+def check_now(ws, step, lock) -> dict:
+    """Check ``step`` (a ``Session`` step) and record the result; returns the record."""
+    with _serial(ws):
+        try:
+            with lock:
+                finish = prepare(ws, step)
+            verified = run_and_compare(ws, step, finish)
+        except WorkbenchError as e:   # a failed build or a crash is a finding, not an error
+            verified = failed(e)
+        with lock:
+            record(ws, step, verified)
+    return verified
+
+
+def prepare(ws, step):
+    """Expand and generate the step's program (rule 2); returns what compiles and loads it."""
+    import dace
+    from workbench.build import compile_sdfg, session_build_folder
+    sdfg = dace.SDFG.from_json(json.loads(step.sdfg_json))
+    return compile_sdfg(sdfg, session_build_folder(f"{ws.build_slot}-check"),
+                        names=dict(ws.operator_names()), defer_compile=True)
+
+
+def run_and_compare(ws, step, finish) -> dict:
+    from workbench import isolated
+    build = finish() if callable(finish) else finish
+    try:
+        inputs = ws.random_inputs()
+        args, results = ws._call_args(build, inputs, weights=step.weights)
+        position = next((i for i, s in enumerate(ws._steps) if s is step), None)
+        isolated.call(build, args, [o.sdfg_name for o in ws.outputs], constant=step.weights.keys(),
+                      timeout=ws.run_timeout, step=_describe(step, position))
+    finally:
+        if build.compiled is not None:
+            build.compiled.finalize()
+    outputs = {o.onnx_name: results[o.onnx_name].reshape(o.shape) for o in ws.outputs}
+    report = compare_all(ws.name, outputs, _reference(ws), DEFAULT_RTOL, DEFAULT_ATOL)
+    return verified_from(report)
+
+
+def record(ws, step, verified: dict) -> None:
+    """Into the step's entry, and the session folder when the step is still there."""
+    step.entry["verified"] = verified
+    if any(s is step for s in ws._steps):
+        ws._autosave()
+
+
+class BackgroundChecks:
+    """The default scheduler of ``Session.verify_steps``: one thread, steps in order."""
+
+    def __init__(self):
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="step-checks")
+        self._pending = []
+
+    def __call__(self, ws, step) -> None:
+        self._pending = [f for f in self._pending if not f.done()]
+        self._pending.append(self._pool.submit(check_now, ws, step, ws.lock))
+
+    def wait(self, timeout: float = None) -> None:
+        for future in list(self._pending):
+            future.result(timeout)
+        self._pending = []
+
+
+def _reference(ws) -> dict:
+    cached = ws.__dict__.get("_check_reference")
+    if cached is None:
+        from workbench.reference import run_reference
+        cached, _ = run_reference(ws.model.reference_model,
+                                  ws._reference_feeds(ws.random_inputs()))
+        ws.__dict__["_check_reference"] = cached
+    return cached
+
+
+def _serial(ws):
+    """One check at a time per session (rule 3: they share a build folder)."""
+    return ws.__dict__.setdefault("_check_lock", threading.Lock())
+
+
+def _describe(step, position) -> str:
+    entry = step.entry or {}
+    where = f"step {position}" if position is not None else "a step no longer in the history"
+    return f"{where}: {entry.get('transformation')} ({entry.get('description', '')})"
