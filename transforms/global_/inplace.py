@@ -20,6 +20,7 @@ read instead of allocating fresh ones.
 import networkx as nx
 from dace import data as dt
 
+from transforms.global_.lifetimes import other_uses
 from transforms.graph import access_nodes, dataflow_steps, ident, onnx_ops
 from workbench import nodeid
 from workbench.errors import TransformationError
@@ -59,9 +60,10 @@ def overwritable_input(sdfg, state, node):
                 or not _only_here(sdfg, state, x.data)):
             continue
         earlier = earlier if earlier is not None else nx.ancestors(graph, step(node))
-        users = {step(e.src if e.dst is n else e.dst)
-                 for _, n in access_nodes(sdfg, x.data) if n is not x for e in state.all_edges(n)}
-        if users <= earlier:
+        # Through every other access node of X and every View of X (a reader of a
+        # View reads X's memory): lifetimes.other_uses; None when not exact.
+        users = other_uses(sdfg, state, x.data, x, (graph, step))
+        if users is not None and users <= earlier:
             return x
     return None
 

@@ -76,15 +76,21 @@ def _takes_apart(node) -> bool:
     return isinstance(node, nodes.LibraryNode) and not isinstance(node, OnnxOp)
 
 
-def families(sdfg, state, steps=None) -> dict:
-    """Root array name -> Family, for every array touched in ``state``. A View whose
-    viewed array is unknown makes a family of its own that is not exact."""
+def families(sdfg, state, steps=None, only: str = None) -> dict:
+    """Root array name -> Family, for every array touched in ``state`` (or ``only``
+    that one). A View whose viewed array is unknown makes a family of its own that
+    is not exact."""
     _, step = steps or dataflow_steps(state)
     scopes = state.scope_dict()
     out = {}
     members = {}
     for access in state.data_nodes():
+        if only is not None and access.data != only and not isinstance(
+                sdfg.arrays[access.data], dt.View):
+            continue
         root = root_of(sdfg, state, access)
+        if only is not None and root != only:
+            continue
         fam = out.setdefault(root or access.data, Family(root or access.data))
         fam.accesses.append(access)
         members[access] = fam
@@ -113,7 +119,7 @@ def other_uses(sdfg, state, name: str, skip, steps=None) -> set:
     node of its family but ``skip``; None when the family is not exact."""
     graph_steps = steps or dataflow_steps(state)
     _, step = graph_steps
-    fam = families(sdfg, state, graph_steps).get(name)
+    fam = families(sdfg, state, graph_steps, only=name).get(name)
     if fam is None:
         return set()
     if not fam.exact:
