@@ -14,8 +14,10 @@ loop in it must end this process, not the session's. Rules:
    same path, and ``dlopen`` answers a known path with the old library.
 4. The same OpenBLAS kernels, OpenMP OpenBLAS and thread count as the parent
    (``workbench.threads``), so runtimes measured here are the parent's.
-5. The worker dies with its parent (``PR_SET_PDEATHSIG``): a program stuck in
-   a loop never outlives the window that started it.
+5. The worker dies with its parent (a watchdog thread; ctypes calls release
+   the GIL): a program stuck in a loop never outlives the window that started
+   it. Not PR_SET_PDEATHSIG: that fires when the parent *thread* ends, and
+   the window starts the worker from a job's short-lived thread.
 6. Freed memory stays with the process (``_keep_freed_memory``): programs
    allocate their large transients on every call, and a young process's
    malloc hands them back to the system each time: bert-layer took 5,536 page
@@ -26,9 +28,9 @@ import ctypes
 import mmap
 import os
 import shutil
-import signal
 import sys
 import tempfile
+import threading
 import time
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle
@@ -38,14 +40,14 @@ _CTYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double, "int64": ctype
            "uint8": ctypes.c_uint8, "bool": ctypes.c_bool}
 
 
-def _die_with_parent() -> None:
-    try:
-        libc = ctypes.CDLL(None)
-        libc.prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() == 1:   # the parent is already gone
-        sys.exit(0)
+def _die_with_parent(every_s: float = 1.0) -> None:
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os._exit(0)   # reparented: the parent is gone (rule 5)
+    threading.Thread(target=watch, daemon=True, name="watchdog").start()
 
 
 def _keep_freed_memory() -> None:
