@@ -9,8 +9,16 @@ Rules:
    only by one element-wise operator (see ``program.py``, a fused one too)
    with one output of the product's shape and dtype: an epilogue that
    broadcast the product would have to recompute it.
-3. The new node keeps the core's implementation (BLAS stays BLAS).
+3. The epilogue's output shares no memory with anything the two read (the
+   same array, or a View of it): the core writes its product into the
+   output before the epilogue reads its inputs, so an epilogue writing over
+   its residual (InPlaceElementwise) or into the buffer of the core's input
+   (TransientReuse) would read values the core has already overwritten.
+4. The new node keeps the core's implementation (BLAS stays BLAS).
 """
+from dace import data as dt
+from dace.sdfg import utils as sdutil
+
 from transforms.fusion import program as prog
 from transforms.graph import ident, onnx_ops, readers_elsewhere
 from workbench import nodeid
@@ -36,7 +44,22 @@ def epilogue_of(sdfg, state, core):
             or prog.dtype_of(sdfg, state, epilogue) != desc.dtype
             or prog.output_shape(sdfg, state, epilogue) != tuple(desc.shape)):
         return None
+    read = {memory_of(sdfg, state, e.src) for n in (core, epilogue) for e in state.in_edges(n)}
+    if memory_of(sdfg, state, state.out_edges(epilogue)[0].dst) in read:  # rule 3
+        return None
     return epilogue
+
+
+def memory_of(sdfg, state, access) -> str:
+    """The array whose memory ``access`` reads or writes (a View's viewed array)."""
+    seen = set()
+    while isinstance(sdfg.arrays[access.data], dt.View) and access not in seen:
+        seen.add(access)
+        edge = sdutil.get_view_edge(state, access)
+        if edge is None:
+            break
+        access = edge.src if edge.dst is access else edge.dst
+    return access.data
 
 
 def core_op(core) -> tuple:
