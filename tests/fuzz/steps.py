@@ -262,8 +262,10 @@ def outcome_of(task: Task, journal: Path, died: str = "") -> Outcome:
         elif event == "phase":
             last = line["phase"]
         elif event in BUGS:
-            pending = None if event == APPLY_ERROR else pending
-            result.problems.append((event, line.get("message", "")))
+            message = line.get("message", "")
+            if event == APPLY_ERROR:
+                message, pending = f"{pending['transformation']}: {message}", None
+            result.problems.append((event, message))
     finished = bool(lines) and lines[-1]["event"] == "done"
     if not finished:
         kind = HANG if died == "timeout" else CRASH if died.startswith("killed") else ERROR
