@@ -7,7 +7,8 @@ Rules:
    the main state only, of at most 2**26 elements; at least one is read
    (an operator nobody reads is dead code; an unread output is dropped).
 3. It is evaluated with ``onnx.reference`` on the weights' values (small
-   constants in the ONNX shape recorded on the node, 0-d included); its
+   constants in the ONNX shape recorded on the node, 0-d included), or
+   with numpy where onnx.reference is wrong (``fold.NUMPY_KERNELS``); its
    outputs become weights, and readers record small ones as constants
    (implementations that need a value at build time can then use it).
 4. The operator goes; weights it read that nothing reads any more go too.
@@ -23,7 +24,7 @@ from onnx import helper, numpy_helper
 from transforms.graph import access_nodes, ident, onnx_ops
 from workbench import nodeid
 from workbench.errors import TransformationError
-from workbench.importer.fold import NON_DETERMINISTIC
+from workbench.importer.fold import NON_DETERMINISTIC, evaluate_node
 from workbench.importer.to_sdfg import MAX_RECORDED_CONST
 from workbench.transform import Transformation, register
 
@@ -69,7 +70,9 @@ def evaluate(node, inputs: list) -> list:
     proto.attribute.extend(_attribute(k, v, schema) for k, v in node.attrs.items())
     feeds = {n: v for n, v in zip(in_names, inputs) if n}
     try:
-        values = ReferenceEvaluator(proto, opsets={"": node.opset}).run(None, feeds)
+        values = evaluate_node(
+            node.op_type, node.attrs, inputs,
+            lambda: ReferenceEvaluator(proto, opsets={"": node.opset}).run(None, feeds))
     except Exception as e:
         raise TransformationError(f"onnx.reference cannot evaluate {node.onnx_name}: "
                                   f"{type(e).__name__}: {e}") from e

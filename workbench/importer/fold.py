@@ -110,10 +110,44 @@ def _constant_value(node):
     raise ValueError(f"Constant with unsupported attribute {attr.name}")
 
 
+def _gather_elements(attrs, data, indices):
+    """out[..., i, ...] = data[..., indices[..., i, ...], ...] along ``axis``; the output
+    has the indices' shape, which may be smaller than the data's off the axis."""
+    axis = int(attrs.get("axis", 0)) % data.ndim
+    n = data.shape[axis]
+    if indices.size and (indices.min() < -n or indices.max() >= n):
+        raise ValueError(f"an index is outside [-{n}, {n - 1}]")
+    index = np.where(indices < 0, indices + n, indices).astype(np.int64)
+    window = tuple(slice(None) if d == axis else slice(0, k) for d, k in enumerate(index.shape))
+    return [np.take_along_axis(data[window], index, axis)]
+
+
+# Ops that onnx.reference evaluates wrongly or not at all, computed with numpy instead:
+# its GatherElements uses np.choose, which takes at most 32 choices under numpy 1.x, and
+# its fallback handles one index per row only ("cannot reshape array of size 1 into
+# shape (1,16)" on BERT's token_type_ids buffer gathered along 512 positions).
+NUMPY_KERNELS = {"GatherElements": _gather_elements}
+
+
+def evaluate_node(op_type: str, attrs: dict, inputs: list, run_reference):
+    """Outputs of one node: a numpy kernel where onnx.reference is wrong, else
+    ``run_reference()``."""
+    kernel = NUMPY_KERNELS.get(op_type)
+    if kernel is None:
+        return run_reference()
+    return kernel(attrs, *inputs)
+
+
 def _evaluate(node, consts, opset):
     from onnx.reference import ReferenceEvaluator
     inputs = [n for n in node.input if n]
     feeds = {n: consts[n] for n in inputs}
+    if node.op_type in NUMPY_KERNELS and node.domain in ("", "ai.onnx"):
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        try:
+            return evaluate_node(node.op_type, attrs, [consts[n] for n in node.input], None)
+        except Exception:
+            return None  # leave it to the compiled program
     try:
         ref = ReferenceEvaluator(_single_node_model(node, feeds, opset))
         values = ref.run(None, feeds)
