@@ -179,7 +179,7 @@ def test_an_elementwise_chain_shares_two_buffers():
     assert report.match, report.text()
 
 
-@pytest.mark.parametrize("name", ["unet", "densenet"])
+@pytest.mark.parametrize("name", ["unet", "densenet", "bert"])
 def test_real_exports_after_auto(name):
     assert zoo.get(name).available()
     ws = workbench.open(f"zoo:{name}")
