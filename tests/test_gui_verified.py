@@ -99,17 +99,13 @@ def test_steps_are_verified_in_the_background_and_marked(qtbot, window, monkeypa
 
 
 def screenshot(path) -> Path:
-    """The README picture: bert-layer with verified steps, one of them failing."""
+    """The README picture: mlp with verified steps, one of them computing zeros."""
     import workbench
     from gui.cli_screenshot import render
-    ws = workbench.open("bert-layer")
-    for name, text in (("ExpandToMaps", "Softmax"), ("ExpandToMaps", "/attention/output/LayerNorm")):
-        match = next(m for m in ws.transformations(names=[name], predict=False)
-                     if text in m.description)
-        ws.apply(match, verify=True)
-    fusions = ws.transformations(level="fusion", predict=False)
-    if fusions:
-        ws.apply(fusions[0], verify=True)
+    ws = workbench.open("mlp")
+    ws.apply(ws.transformations(level="fusion", predict=False)[0], verify=True)
+    ws.apply(next(m for m in ws.transformations(names=["ExpandToMaps"], predict=False)
+                  if "/fc2/Gemm" in m.description), verify=True)
     wrong = native_fault_class("wrong")
     with registered(wrong):
         ws.apply(ws.transformations(names=[wrong.name], predict=False)[0], verify=True)
