@@ -8,6 +8,10 @@ next run, in a fresh worker, works. A normal run gives the same outputs as
 the same program called in this process.
 """
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -91,3 +95,15 @@ def test_outputs_are_the_same_as_in_process(model):
     for name in changed:
         np.testing.assert_array_equal(changed[name], expected[name])
         assert not np.array_equal(changed[name], isolated[name])
+
+
+def test_the_cli_says_so_and_exits_1(tmp_path):
+    """``verify`` on the session folder of a crashing program: one error paragraph, exit 1."""
+    ws, fault = _fault_session(tmp_path, "segfault")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "app.py"), "verify", str(ws.folder)],
+                          capture_output=True, text=True, cwd=root, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 1, proc.stderr
+    assert "error: the program" in proc.stderr and "segmentation fault" in proc.stderr
+    assert fault.name in proc.stderr and "Traceback" not in proc.stderr
