@@ -186,8 +186,9 @@ def load_plugins() -> None:
     _loaded = True
     try:
         import transforms  # noqa: F401 (registers the bundled library)
-    except ImportError:
-        pass
+    except ModuleNotFoundError as e:
+        if e.name != "transforms":  # the library is there but broken: say so, not "none"
+            raise
     from importlib.metadata import entry_points
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         ep.load()
