@@ -133,6 +133,7 @@ class Controller(QObject):
         self.matches_state = "done"     # listing | predicting | done
         self.verify_steps = True        # check each applied step in the background
         self.checking = set()           # id() of history entries being checked
+        self.checks_stop = threading.Event()   # set when the window closes
         self._checkRequested.connect(self._submit_check)   # queued: runs on the UI thread
 
     # -- opening -------------------------------------------------------------
@@ -348,7 +349,8 @@ class Controller(QObject):
             self.checking.discard(id(entry))
             self._failed("Verifying a step failed", error)
         self.runner.submit("checks", f"Verifying {entry.get('transformation')}",
-                           lambda job: step_checks.check_now(ws, step, self.lock),
+                           lambda job: step_checks.check_now(ws, step, self.lock,
+                                                             self.checks_stop),
                            on_done=done, on_error=failed)
         self.stepChecked.emit(entry)   # shown as being checked
 
@@ -378,6 +380,11 @@ class Controller(QObject):
             self.request_analysis()
         if on_done:
             on_done(result)
+
+    def shutdown(self, timeout_ms: int = 60000) -> None:
+        """Stop background checks and wait for every job (the window closes)."""
+        self.checks_stop.set()
+        self.runner.shutdown(timeout_ms)
 
     def cancel(self) -> bool:
         if self.runner.cancel("session"):

@@ -301,5 +301,5 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event):
         self.statusBar().showMessage("Waiting for running jobs to stop…")
         QApplication.processEvents()
-        self.ctl.runner.shutdown()
+        self.ctl.shutdown()
         super().closeEvent(event)

@@ -59,11 +59,11 @@ def test_steps_are_verified_in_the_background_and_marked(qtbot, window, monkeypa
     release, held = threading.Event(), threading.Event()
     real = step_checks.run_and_compare
 
-    def held_run(ws, step, finish):
+    def held_run(ws, step, finish, cancel=None):
         if step.entry["transformation"].startswith("NativeFaultWrong"):
             held.set()
             assert release.wait(300)
-        return real(ws, step, finish)
+        return real(ws, step, finish, cancel)
     monkeypatch.setattr(step_checks, "run_and_compare", held_run)
     wrong, crash = native_fault_class("wrong"), native_fault_class("segfault")
     with registered(wrong, crash):

@@ -53,3 +53,18 @@ def test_verify_steps_checks_every_step_in_the_background(tmp_path):
     assert saved[1]["verified"] == second["verified"]
     ws.undo()
     assert ws.verify().match
+
+
+def test_a_cancelled_check_records_nothing():
+    import threading
+
+    import pytest
+    from workbench import step_checks
+    from workbench.errors import Cancelled
+    ws = workbench.open("mlp")
+    entry = ws.apply(_expand(ws, "/fc1/Gemm"))
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(Cancelled):
+        step_checks.check_now(ws, ws._steps[-1], ws.lock, stop)
+    assert "verified" not in entry

@@ -18,12 +18,15 @@ plus ``"error"`` when the step's program did not build or crashed (then
    at a time per session, so it never disturbs the session's build cache.
 4. The reference is onnxruntime on the session's seeded inputs (seed 0),
    computed once per session.
+5. ``cancel`` (an event) stops a check: its compiler is killed, or its
+   worker run; ``Cancelled`` is raised and nothing is recorded.
 """
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from workbench.errors import WorkbenchError
+from workbench.errors import Cancelled, WorkbenchError
+from workbench.progress import Progress
 from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all
 
 
@@ -45,13 +48,15 @@ def failed(error: Exception) -> dict:
     return {"match": False, "max_abs_err": None, "output": "", "error": what}
 
 
-def check_now(ws, step, lock) -> dict:
+def check_now(ws, step, lock, cancel=None) -> dict:
     """Check ``step`` (a ``Session`` step) and record the result; returns the record."""
     with _serial(ws):
         try:
             with lock:
-                finish = prepare(ws, step)
-            verified = run_and_compare(ws, step, finish)
+                finish = prepare(ws, step, cancel)
+            verified = run_and_compare(ws, step, finish, cancel)
+        except Cancelled:
+            raise
         except WorkbenchError as e:   # a failed build or a crash is a finding, not an error
             verified = failed(e)
         with lock:
@@ -59,16 +64,17 @@ def check_now(ws, step, lock) -> dict:
     return verified
 
 
-def prepare(ws, step):
+def prepare(ws, step, cancel=None):
     """Expand and generate the step's program (rule 2); returns what compiles and loads it."""
     import dace
     from workbench.build import compile_sdfg, session_build_folder
     sdfg = dace.SDFG.from_json(json.loads(step.sdfg_json))
     return compile_sdfg(sdfg, session_build_folder(f"{ws.build_slot}-check"),
-                        names=dict(ws.operator_names()), defer_compile=True)
+                        progress=_Stoppable(cancel), names=dict(ws.operator_names()),
+                        defer_compile=True)
 
 
-def run_and_compare(ws, step, finish) -> dict:
+def run_and_compare(ws, step, finish, cancel=None) -> dict:
     from workbench import isolated
     build = finish() if callable(finish) else finish
     try:
@@ -76,7 +82,7 @@ def run_and_compare(ws, step, finish) -> dict:
         args, results = ws._call_args(build, inputs, weights=step.weights)
         position = next((i for i, s in enumerate(ws._steps) if s is step), None)
         isolated.call(build, args, [o.sdfg_name for o in ws.outputs], constant=step.weights.keys(),
-                      timeout=ws.run_timeout, step=_describe(step, position))
+                      timeout=ws.run_timeout, cancel=cancel, step=_describe(step, position))
     finally:
         if build.compiled is not None:
             build.compiled.finalize()
@@ -107,6 +113,19 @@ class BackgroundChecks:
         for future in list(self._pending):
             future.result(timeout)
         self._pending = []
+
+
+class _Stoppable(Progress):
+    """Silent, and stopped by ``cancel`` (rule 5): at the next phase, or in the compiler."""
+
+    def __init__(self, cancel):
+        super().__init__(None)
+        self.cancel_event = cancel
+
+    def phase(self, name: str, total: int = None):
+        if self.cancel_event is not None and self.cancel_event.is_set():
+            raise Cancelled(f"the check was cancelled before '{name}'")
+        return super().phase(name, total)
 
 
 def _reference(ws) -> dict:
