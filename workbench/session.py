@@ -269,7 +269,9 @@ class Session(SessionBuilds, SessionFiles):
         self.model.weights = weights
         entry = {"transformation": match.transformation, "level": t.level,
                  "where": [list(w) for w in match.where], "description": match.description,
-                 "options": [list(o) for o in match.options], "expr_index": match.expr_index,
+                 # as JSON has it (tuples become lists), so a reopened step reads the same
+                 "options": json.loads(json.dumps([list(o) for o in match.options])),
+                 "expr_index": match.expr_index,
                  "bytes_before": before, "bytes_after": after, "time": time.time()}
         del self._steps[self._position + 1:]  # a new step drops what could be redone
         self._steps.append(_Step(entry, to_json(trial), self.model.weights))
