@@ -219,7 +219,9 @@ def test_nested_sdfg_expands_and_fallback_layout(qtbot, window):
     assert nested and not nested[0].gnode.expanded
     collapsed = len(w.graph.node_items)
     w.graph._activated(nested[0])            # what a double-click does
-    qtbot.waitUntil(lambda: len(w.graph.node_items) > collapsed, timeout=60_000)
+    # the scene fills in slices and names its description once complete
+    qtbot.waitUntil(lambda: len(w.graph.node_items) > collapsed and w.graph.desc is not None,
+                    timeout=60_000)
     assert any(c.kind == "nsdfg" for c in w.graph.desc.clusters.values())
     assert any(i.gnode.sdfg is not ws.sdfg for i in w.graph.node_items.values())
     placed = layout.layered_layout(w.graph.desc)   # the no-Graphviz fallback
