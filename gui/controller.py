@@ -271,7 +271,12 @@ class Controller(QObject):
         self._step(f"Going to step {step}", lambda: self.ws.goto(step), "Going back failed")
 
     def optimize(self, recipe, on_done=None) -> None:
-        def done(_):
+        def done(result):
+            skipped = getattr(result, "skipped", [])
+            if skipped:   # the recipe went on without them; say which and why
+                self.status.emit(f"Recipe {recipe}: {len(result)} step(s) applied, "
+                                 f"{len(skipped)} skipped ({skipped[0].text()}"
+                                 f"{'; ...' if len(skipped) > 1 else ''})")
             if on_done:
                 on_done()
         self._step(f"Recipe {recipe}", lambda: self.ws.optimize(recipe), "Recipe failed", done)
