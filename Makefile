@@ -12,8 +12,11 @@ SYSTEM_PACKAGES := libopenblas-dev libopenblas0-openmp liblapacke-dev libglib2.0
 run: setup
 	$(PY) app.py
 
+# Two workers, one test file each at a time (module fixtures build once): builds are
+# single-threaded compiler runs, so two cores halve the wall time.
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -rfE
 
 setup: system-packages $(STAMP)
 
