@@ -105,8 +105,8 @@ def replay(ws, matches, fingerprint: str = None) -> list:
         try:
             added.append(ws.apply(match))
         except TransformationError as e:
+            missing = _missing(ws, match)  # before rewinding: earlier steps make new nodes
             _rewind(ws, start)
-            missing = _missing(ws, match)
             error = BadInputError if missing else TransformationError
             why = (f"names {', '.join(missing)}, which '{ws.name}' does not have"
                    if missing else _reason(e))
