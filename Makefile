@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SYSTEM_PACKAGES := libopenblas-dev libopenblas0-openmp liblapacke-dev libglib2.0-0 libgl1 libfontconfig1 graphviz ninja-build
 
-.PHONY: run test setup system-packages clean
+.PHONY: run test test-slow setup system-packages clean
 
 run: setup
 	$(PY) app.py
@@ -16,7 +16,11 @@ run: setup
 # single-threaded compiler runs, so two cores halve the wall time.
 TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -rfE
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -rfE -m "not slow"
+
+# The checks `make test` leaves out (tests marked slow: more nvcc builds, repeated builds).
+test-slow: setup
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -rfE -m slow
 
 setup: system-packages $(STAMP)
 

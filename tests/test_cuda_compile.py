@@ -27,7 +27,13 @@ if not shutil.which("nvcc"):
 from workbench.build.cuda import compile_cuda  # noqa: E402
 
 # mbconv as imported goes through the command line's export (test below)
-CASES = [("mlp", None), ("bert-layer", None), ("resblock", None), ("mbconv", "auto"),
+# Each nvcc build takes 20-30 s: `make test` compiles the cases that cover the most
+# kinds of GPU code (cuBLAS GEMMs and fused epilogues: bert-layer; convolutions as
+# GEMMs and shifted GEMMs: resblock after auto; direct and depthwise convolutions:
+# the mbconv export below); `make test-slow` compiles the others too.
+_SLOW = pytest.mark.slow
+CASES = [pytest.param("mlp", None, marks=_SLOW), ("bert-layer", None),
+         pytest.param("resblock", None, marks=_SLOW), pytest.param("mbconv", "auto", marks=_SLOW),
          ("resblock", "auto")]
 
 

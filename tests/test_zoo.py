@@ -141,7 +141,9 @@ def test_a_dying_cell_fails_alone_and_the_others_run(how, why, tmp_path):
     assert results["default"]["text"] == why and len(logged) == 4
 
 
-@pytest.mark.parametrize("model, paths", [("mlp", "import,export"), ("gpt2", "import")])
+# gpt2's import cell builds what test_real_exports[gpt2] builds: in `make test-slow`
+@pytest.mark.parametrize("model, paths", [("mlp", "import,export"),
+                                          pytest.param("gpt2", "import", marks=pytest.mark.slow)])
 def test_matrix_sample(model, paths, capsys):
     """Import -> verify (and for mlp the auto recipe -> export -> run.py --check in a
     fresh process), each model in its child process as the full run has it; the last
