@@ -8,8 +8,9 @@ a rebuild skips CMake's configure step and recompiles only what changed.
 
 What makes a rebuild fast (measured by ``python -m workbench.build.bench``):
 the unchanged cmake command (``reuse.stabilize_environments``), Ninja, and a
-precompiled dace.h (``pch``). ``WORKBENCH_FAST_BUILD=0`` turns the last two
-off.
+precompiled dace.h (``pch``); a new folder's first configure starts from an
+earlier one's (``configure_seed``). ``WORKBENCH_FAST_BUILD=0`` turns the last
+three off.
 """
 import copy
 import os
@@ -22,7 +23,7 @@ import dace
 from dace.codegen import codegen, compiler
 
 from workbench.errors import BuildError, Cancelled, WorkbenchError
-from workbench.build import cancel, errors_at, pch, reuse
+from workbench.build import cancel, configure_seed, errors_at, pch, reuse
 from workbench.build.settings import (apply_build_settings, building_for,  # noqa: F401
                                       cache_dir, fast_build_enabled)
 from workbench.build.storage import heap_for_large_transients, persistent_expansion_buffers
@@ -147,6 +148,7 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
     if target not in TARGETS:
         raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
     apply_build_settings()
+    configure_seed.install()
     timings = {}
     with progress.phase("expand"):
         t = time.perf_counter()
