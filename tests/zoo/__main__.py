@@ -1,4 +1,4 @@
-"""``python -m tests.zoo [--full] [--models A,B] [--paths P,Q] [--json]``
+"""``python -m tests.zoo [--full] [--models A,B] [--paths P,Q] [--jobs N] [--json]``
 
 The path matrix: every zoo model (``sdfg_models/zoo.py``) through every path
 a user takes, each cell checked against onnxruntime on the zoo's seeded inputs:
@@ -14,7 +14,9 @@ a user takes, each cell checked against onnxruntime on the zoo's seeded inputs:
 Each model runs in its own process; a cell that crashes or hangs it is marked
 failed and the model's other cells run in a new process. ``--full`` runs the
 full-size models, generating the missing ones first (needs torch). Builds go
-to a per-run cache folder. Exit 1 if any cell failed.
+to a per-run cache folder. ``--jobs 2`` runs two models at a time (their builds
+are single compiler processes, so two cores finish the full matrix in about
+half the time). Exit 1 if any cell failed.
 """
 import argparse
 import json
@@ -26,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tests.zoo.cells import PATHS
@@ -192,6 +195,7 @@ def main(argv=None) -> int:
     p.add_argument("--paths", help=f"comma-separated paths (default: {','.join(PATHS)})")
     p.add_argument("--cell-timeout", type=float, default=None,
                    help="seconds per cell before it counts as hung (default 1800, --full 7200)")
+    p.add_argument("--jobs", type=int, default=1, help="models run at the same time (1)")
     p.add_argument("--keep", metavar="DIR", help="use DIR as the run's cache and keep it")
     p.add_argument("--json", action="store_true", help="one JSON object as the last line")
     p.add_argument("--quiet", action="store_true", help="no line per cell on stderr")
@@ -208,6 +212,9 @@ def main(argv=None) -> int:
     cache = run_cache(args.keep)
     env = {**os.environ, "WORKBENCH_CACHE": str(cache),
            "DACE_default_build_folder": str(cache / "dacecache")}
+    if args.jobs > 1 and "OMP_NUM_THREADS" not in env:
+        # spinning OpenMP teams of two models on the same cores slow both down
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.jobs))
     timeout = args.cell_timeout or (7200 if args.full else 1800)
     t0 = time.perf_counter()
 
@@ -219,15 +226,16 @@ def main(argv=None) -> int:
 
     results = {}
     missing = generate_missing(models, env) if args.full else {}
-    for model in models:
-        if model in missing:
-            for path in paths:
-                results[(model, path)] = {"model": model, "path": path, "ok": False,
-                                          "skipped": 0, "text": missing[model], "seconds": 0}
-            continue
-        run = ModelRun(model, paths, cache / "work" / model, env, timeout, log)
-        for path, result in run.run().items():
-            results[(model, path)] = result
+    for model in missing:
+        for path in paths:
+            results[(model, path)] = {"model": model, "path": path, "ok": False,
+                                      "skipped": 0, "text": missing[model], "seconds": 0}
+    runs = [ModelRun(model, paths, cache / "work" / model, env, timeout, log)
+            for model in models if model not in missing]
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        for run, done in zip(runs, pool.map(ModelRun.run, runs)):
+            for path, result in done.items():
+                results[(run.name, path)] = result
     print(table(models, paths, results))
     failed = sum(not r["ok"] for r in results.values())
     if not args.keep:
