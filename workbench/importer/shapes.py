@@ -1,7 +1,9 @@
 """Static shapes for every tensor: fixed inputs, then shape inference."""
 import contextlib
 import logging
+import sys
 import warnings
+from pathlib import Path
 
 import onnx
 from onnx import TensorProto
@@ -96,8 +98,7 @@ def infer_shapes(model: onnx.ModelProto, hints: dict = None,
         if exact is not None:
             check_model_budget(exact, memory_budget)
         try:
-            from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-            symbolic = SymbolicShapeInference.infer_shapes(model, auto_merge=False)
+            symbolic = _symbolic_engine().infer_shapes(model, auto_merge=False)
         except MemoryError:
             raise
         except Exception as e:  # it asserts on some exports (legacy ViT)
@@ -132,11 +133,33 @@ def infer_shapes(model: onnx.ModelProto, hints: dict = None,
     return merged
 
 
+SYMBOLIC_MODULE = "onnxruntime.tools.symbolic_shape_infer"
+
+
+def _symbolic_engine():
+    """onnxruntime's ``SymbolicShapeInference``, loaded without its package's
+    ``__init__``: ``onnxruntime.tools`` imports torch whenever torch is installed
+    (1.5 s of every command here), and the engine needs nothing from it."""
+    module = sys.modules.get(SYMBOLIC_MODULE)
+    if module is None:
+        import importlib.util
+        import onnxruntime
+        path = Path(onnxruntime.__file__).parent / "tools" / "symbolic_shape_infer.py"
+        if not path.is_file():   # another layout: the plain import (slower with torch)
+            from onnxruntime.tools import symbolic_shape_infer as module
+            return module.SymbolicShapeInference
+        spec = importlib.util.spec_from_file_location(SYMBOLIC_MODULE, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[SYMBOLIC_MODULE] = module
+    return module.SymbolicShapeInference
+
+
 @contextlib.contextmanager
 def _quiet():
     """The inference engines warn on stderr (numpy overflow, 'unsupported broadcast') about
     models they then reject or we check anyway; the library stays silent, the log keeps it."""
-    sym_log = logging.getLogger("onnxruntime.tools.symbolic_shape_infer")
+    sym_log = logging.getLogger(SYMBOLIC_MODULE)
     level = sym_log.level
     sym_log.setLevel(logging.ERROR + 1)
     try:
