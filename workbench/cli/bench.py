@@ -4,7 +4,8 @@ from workbench.provenance import add_trust_arg, trusting
 
 
 def register(sub):
-    p = sub.add_parser("bench", help="time the built program against onnxruntime (and torch)")
+    p = sub.add_parser("bench", help="time the built program against onnxruntime (and torch); "
+                       "--interactive: what each step of a session costs")
     add_model_args(p)
     add_trust_arg(p)
     add_recipe_arg(p)
@@ -14,6 +15,9 @@ def register(sub):
     p.add_argument("--baseline", default="onnxruntime",
                    help="comma-separated: onnxruntime, torch (default onnxruntime)")
     p.add_argument("--plot", metavar="OUT.png", help="bar chart of per-operator and total times")
+    p.add_argument("--interactive", action="store_true",
+                   help="time open, list, apply, undo, the recipe (default auto), a cold build "
+                        "and a rebuild instead (workbench/step_costs.py)")
     p.set_defaults(run=run)
 
 
@@ -22,6 +26,8 @@ def run(args, progress) -> int:
     from workbench.errors import BadInputError
     if args.repeat < 1 or args.threads < 1:
         raise BadInputError("--repeat and --threads must be at least 1.")
+    if args.interactive:
+        return run_interactive(args, progress)
     with trusting(args.trust):
         ws = open_session(args, progress)
     apply_recipe(ws, args, progress)
@@ -44,4 +50,14 @@ def run(args, progress) -> int:
         print(f"  plot written to {args.plot}")
     if args.json:
         emit_json(d)
+    return 0
+
+
+def run_interactive(args, progress) -> int:
+    from workbench.step_costs import measure
+    with trusting(args.trust):
+        costs = measure(lambda: open_session(args, progress), args.recipe or "auto")
+    print(costs.table())
+    if args.json:
+        emit_json(costs.to_dict())
     return 0
