@@ -166,3 +166,25 @@ def test_undo_and_redo_to_built_states_compile_nothing():
     ws.redo()
     assert ws.build() is second
     assert ws.verify().match
+
+
+def test_data_movement_is_analysed_once_per_sdfg(monkeypatch):
+    """An apply analyses only the new graph; predictions do not re-analyse the current one;
+    undo and redo replace the SDFG, so the figure is computed for the restored one."""
+    from workbench.analysis import movement
+    ws = workbench.open("mlp")
+    calls = []
+    real = movement.data_movement
+    monkeypatch.setattr(movement, "data_movement",
+                        lambda sdfg, names=None: calls.append(sdfg) or real(sdfg, names))
+    imported = ws.data_movement()
+    assert ws.data_movement() is imported and len(calls) == 1
+    matches = ws.transformations()                      # one analysis per match's trial
+    assert len(calls) == 1 + sum(m.delta_bytes is not None for m in matches)
+    assert all(sdfg is not ws.sdfg for sdfg in calls[1:])
+    calls.clear()
+    entry = ws.apply(next(m for m in matches if m.delta_bytes is not None))
+    assert len(calls) == 1 and calls[0] is ws.sdfg       # the trial, which became the SDFG
+    assert ws.data_movement().moved_bytes == entry["bytes_after"] and len(calls) == 1
+    ws.undo()
+    assert ws.data_movement().moved_bytes == entry["bytes_before"] and len(calls) == 2

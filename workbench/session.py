@@ -55,6 +55,7 @@ class Session(SessionBuilds, SessionFiles):
         self._steps = [_Step(None, to_json(self.sdfg), self.model.weights)]
         self._position = 0
         self._operator_names = {}
+        self._movement = None   # (the SDFG, its data movement): see data_movement
         # FLOPs are the model's, whatever the schedule: counted once, at import.
         imported = analysis.onnx_nodes(imported.sdfg)
         self._imported_ops = {n.onnx_name: n.op_type for n, _ in imported}
@@ -198,9 +199,17 @@ class Session(SessionBuilds, SessionFiles):
 
     # -- transformations -----------------------------------------------------
     def data_movement(self, sdfg=None):
-        """Bytes moved, compulsory bytes and their ratio, per ONNX operator too."""
+        """Bytes moved, compulsory bytes and their ratio, per ONNX operator too.
+
+        The figure of the session's own SDFG is kept until the SDFG is replaced
+        (every step and every goto replaces it; nothing here changes it in place),
+        so an apply, and a prediction per listed match, analyse only the new graph."""
         from workbench.analysis.movement import data_movement
-        return data_movement(self.sdfg if sdfg is None else sdfg, self.operator_names())
+        if sdfg is not None and sdfg is not self.sdfg:
+            return data_movement(sdfg, self.operator_names())
+        if self._movement is None or self._movement[0] is not self.sdfg:
+            self._movement = (self.sdfg, data_movement(self.sdfg, self.operator_names()))
+        return self._movement[1]
 
     def operator_names(self) -> dict:
         """SDFG node name -> ONNX operator name, for every operator seen so far
@@ -257,7 +266,8 @@ class Session(SessionBuilds, SessionFiles):
         try:
             transform.apply_match(t, trial, match, weights)
             trial.validate()
-            after = self.data_movement(trial).moved_bytes  # measured before anything changes
+            moved = self.data_movement(trial)  # measured before anything changes
+            after = moved.moved_bytes
         except TransformationError:
             raise
         except Exception as e:
@@ -266,6 +276,7 @@ class Session(SessionBuilds, SessionFiles):
                 f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
                 f". The session is unchanged.") from e
         self.sdfg = trial
+        self._movement = (trial, moved)
         self.model.weights = weights
         entry = {"transformation": match.transformation, "level": t.level,
                  "where": [list(w) for w in match.where], "description": match.description,
