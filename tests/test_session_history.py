@@ -176,15 +176,18 @@ def test_data_movement_is_analysed_once_per_sdfg(monkeypatch):
     calls = []
     real = movement.data_movement
     monkeypatch.setattr(movement, "data_movement",
-                        lambda sdfg, names=None: calls.append(sdfg) or real(sdfg, names))
+                        lambda sdfg, names=None, **kw: calls.append(sdfg) or real(sdfg, names, **kw))
     imported = ws.data_movement()
     assert ws.data_movement() is imported and len(calls) == 1
     matches = ws.transformations()                      # one analysis per match's trial
     assert len(calls) == 1 + sum(m.delta_bytes is not None for m in matches)
     assert all(sdfg is not ws.sdfg for sdfg in calls[1:])
     calls.clear()
-    entry = ws.apply(next(m for m in matches if m.delta_bytes is not None))
+    chosen = next(m for m in matches if m.delta_bytes)
+    entry = ws.apply(chosen)
     assert len(calls) == 1 and calls[0] is ws.sdfg       # the trial, which became the SDFG
+    # the prediction (memlets propagated in the throwaway trial) is what the apply measured
+    assert entry["bytes_after"] - entry["bytes_before"] == chosen.delta_bytes
     assert ws.data_movement().moved_bytes == entry["bytes_after"] and len(calls) == 1
     ws.undo()
     assert ws.data_movement().moved_bytes == entry["bytes_before"] and len(calls) == 2

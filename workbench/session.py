@@ -376,9 +376,10 @@ class Session(SessionBuilds, SessionFiles):
     def _predict(self, match):
         from dataclasses import replace
         from workbench import transform
+        from workbench.analysis.movement import data_movement
         try:
             trial = transform.apply_to_copy(self.sdfg, match, self.model.weights)
-            after = self.data_movement(trial).moved_bytes
+            after = data_movement(trial, self.operator_names(), scratch=True).moved_bytes
         except Exception:
             return match
         return replace(match, delta_bytes=after - self.data_movement().moved_bytes)

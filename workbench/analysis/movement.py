@@ -53,12 +53,14 @@ def operator_name(node, names: dict = None) -> str:
     return (names or {}).get(owner, label)
 
 
-def data_movement(sdfg: dace.SDFG, names: dict = None) -> DataMovement:
+def data_movement(sdfg: dace.SDFG, names: dict = None, scratch: bool = False) -> DataMovement:
     """The figure for ``sdfg`` (read-only: memlets are propagated on a copy).
 
     ``names`` maps OnnxOp node names to ONNX names for expanded operators.
+    ``scratch``: ``sdfg`` is a throwaway copy (a prediction's trial), whose memlets
+    may be propagated in place; the copy would be half the prediction's cost.
     """
-    program = copy.deepcopy(sdfg)
+    program = sdfg if scratch else copy.deepcopy(sdfg)
     propagate_memlets_sdfg(program)
     return _movement(program, names or {})
 
