@@ -22,7 +22,7 @@ from pathlib import Path
 import dace
 from dace.codegen import codegen, compiler
 
-from workbench import dace_debuginfo
+from workbench import dace_speed
 from workbench.errors import BuildError, Cancelled, WorkbenchError
 from workbench.build import cancel, configure_seed, errors_at, pch, reuse
 from workbench.build.settings import (apply_build_settings, building_for,  # noqa: F401
@@ -150,7 +150,7 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
         raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
     apply_build_settings()
     configure_seed.install()
-    dace_debuginfo.install()
+    dace_speed.install()
     timings = {}
     with progress.phase("expand"):
         t = time.perf_counter()

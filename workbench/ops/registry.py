@@ -15,10 +15,10 @@ from typing import Callable, Dict, Tuple
 import dace
 import numpy as np
 
-from workbench import dace_debuginfo
+from workbench import dace_speed
 from workbench.errors import UnsupportedCaseError
 
-dace_debuginfo.install()  # every state built from here on adds nodes cheaply
+dace_speed.install()  # node positions and cycle checks without inspect/networkx
 
 # Every name an OnnxOp's ``implementation`` may take. An op type offers a subset.
 IMPLEMENTATION_NAMES = ("pure", "blas", "im2col", "shifted_gemm", "direct", "onepass")

@@ -1,0 +1,87 @@
+"""Nodes DaCe adds still carry their caller's file and line (found without inspect.stack)."""
+import inspect
+
+import dace
+
+from workbench import dace_speed
+
+
+def _sdfg():
+    sdfg = dace.SDFG("debuginfo")
+    sdfg.add_array("A", [4], dace.float32)
+    sdfg.add_array("B", [4], dace.float32)
+    return sdfg, sdfg.add_state()
+
+
+def test_a_new_node_names_the_line_that_added_it():
+    dace_speed.install()
+    sdfg, state = _sdfg()
+    line = inspect.currentframe().f_lineno + 1
+    node = state.add_access("A")
+    assert (node.debuginfo.filename, node.debuginfo.start_line) == (__file__, line)
+    line = inspect.currentframe().f_lineno + 1
+    _, entry, _ = state.add_mapped_tasklet("t", {"i": "0:4"}, {"a": dace.Memlet("A[i]")}, "b = a",
+                                           {"b": dace.Memlet("B[i]")}, external_edges=True)
+    assert (entry.debuginfo.filename, entry.debuginfo.start_line) == (__file__, line)
+
+
+def test_given_debug_info_wins():
+    dace_speed.install()
+    _, state = _sdfg()
+    given = dace.dtypes.DebugInfo(7, 0, 7, 0, "model.onnx")
+    assert state.add_access("A", debuginfo=given).debuginfo is given
+
+
+def _dace_has_cycles(state) -> bool:
+    """DaCe 1.0.2's own answer (networkx's find_cycle from the source nodes)."""
+    import networkx as nx
+    try:
+        nx.find_cycle(state._nx, state.source_nodes())
+        return True
+    except nx.NetworkXNoCycle:
+        return False
+
+
+def test_cycle_check_answers_as_dace_does_on_random_graphs():
+    import random
+    from dace.sdfg import nodes
+    dace_speed.install()
+    rng = random.Random(0)
+    found = 0
+    for trial in range(300):
+        sdfg = dace.SDFG(f"g{trial}")
+        state = sdfg.add_state()
+        count = rng.randint(1, 12)
+        sdfg.add_array("A", [1], dace.float32)
+        ns = [nodes.AccessNode("A") for _ in range(count)]
+        for n in ns:
+            state.add_node(n)
+        for _ in range(rng.randint(0, 2 * count)):
+            a, b = rng.randrange(count), rng.randrange(count)
+            if rng.random() < 0.8 and a > b:  # mostly forward edges: many graphs stay acyclic
+                a, b = b, a
+            state.add_nedge(ns[a], ns[b], dace.Memlet())
+        expected = _dace_has_cycles(state)
+        assert state.has_cycles() == expected, trial
+        found += expected
+    assert 30 < found < 270   # both answers were exercised
+
+
+def test_a_real_model_validates_and_a_cycle_is_refused():
+    import pytest
+    import workbench
+    from dace.sdfg import nodes
+    from dace.sdfg.validation import InvalidSDFGError
+    ws = workbench.open("mlp")
+    ws.sdfg.validate()
+    state = ws.sdfg.start_state
+    a, b = state.add_access(ws.inputs[0].sdfg_name), nodes.AccessNode(ws.inputs[0].sdfg_name)
+    state.add_node(b)
+    state.add_nedge(a, b, dace.Memlet())
+    state.add_nedge(b, a, dace.Memlet())   # a cycle hanging off nothing: unreachable, as in DaCe
+    assert state.has_cycles() == _dace_has_cycles(state)
+    c = state.add_access(ws.inputs[0].sdfg_name)
+    state.add_nedge(c, a, dace.Memlet())   # now a source reaches it
+    assert state.has_cycles() and _dace_has_cycles(state)
+    with pytest.raises(InvalidSDFGError):
+        ws.sdfg.validate()
