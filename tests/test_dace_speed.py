@@ -85,3 +85,28 @@ def test_a_real_model_validates_and_a_cycle_is_refused():
     assert state.has_cycles() and _dace_has_cycles(state)
     with pytest.raises(InvalidSDFGError):
         ws.sdfg.validate()
+
+
+def test_node_positions_answer_as_dace_does():
+    import pytest
+    import workbench
+    from dace.sdfg.graph import NodeNotFoundError
+    from dace.sdfg import nodes
+    dace_speed.install()
+    ws = workbench.open("bert-layer")
+    program = ws.build().sdfg          # expanded: nested SDFGs, maps, tasklets
+    checked = 0
+    for state in program.all_states():
+        keys = list(state._nodes.keys())
+        for i, n in enumerate(keys):
+            # DaCe's walk: the first position holding this very node
+            assert state.node_id(n) == next(j for j, m in enumerate(keys) if m is n) == i
+            assert state.node(i) is n
+            checked += 1
+        with pytest.raises(NodeNotFoundError):
+            state.node_id(nodes.AccessNode(keys[0].data if keys and hasattr(keys[0], "data")
+                                           else "x"))
+        for bad in (-1, len(keys)):
+            with pytest.raises(NodeNotFoundError):
+                state.node(bad)
+    assert checked > 100
