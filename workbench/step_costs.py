@@ -101,7 +101,8 @@ def _apply_first(ws, matches) -> str:
             ws.apply(match)
         except TransformationError:
             continue
-        return f"{match.transformation} ({match.description or ', '.join(match.nodes)[:60]})"
+        what = match.description or ", ".join(match.nodes)
+        return f"{match.transformation} ({what if len(what) <= 90 else what[:87] + '...'})"
     return ""
 
 
