@@ -13,6 +13,7 @@ earlier one's (``configure_seed``). ``WORKBENCH_FAST_BUILD=0`` turns the last
 three off.
 """
 import copy
+import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,11 +26,13 @@ from dace.codegen import codegen, compiler
 from workbench import dace_speed
 from workbench.errors import BuildError, Cancelled, WorkbenchError
 from workbench.build import cancel, configure_seed, errors_at, pch, reuse
+from workbench.build.simplify import array_elimination_failed, simplify_program
 from workbench.build.settings import (apply_build_settings, building_for,  # noqa: F401
                                       cache_dir, fast_build_enabled)
 from workbench.build.storage import heap_for_large_transients, persistent_expansion_buffers
 from workbench.progress import SILENT
 
+log = logging.getLogger("workbench.build")
 TARGETS = ("cpu", "gpu")
 
 
@@ -85,49 +88,6 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def simplify_program(program: dace.SDFG) -> None:
-    """DaCe's simplify, with multi-state inlining off when the program has (or inlining
-    makes) Views.
-
-    Multi-state inlining splits the state around the nested SDFG and copies
-    the access nodes cut by the split; a View's copy loses the edge to the
-    data it views (DaCe 1.0.2), which leaves an invalid SDFG. The layout
-    transformations make Views (reshapes and slices without copies), and so
-    does inlining an operator that sees a tensor in another shape (batched
-    MatMul at batch > 1, SqueezeNet's Concat), before a neighbour's split.
-    """
-    from dace.transformation.passes.fusion_inline import InlineSDFGs
-    from dace.transformation.passes.simplify import SimplifyPass
-    simplifier = SimplifyPass(validate=True)
-    if any(isinstance(desc, dace.data.View) for desc in program.arrays.values()) or \
-            _inlining_makes_views(program):
-        for step in simplifier.passes:
-            if isinstance(step, InlineSDFGs):
-                step.multistate = False
-    simplifier.apply_pass(program, {})
-
-
-def _inlining_makes_views(program: dace.SDFG) -> bool:
-    """Whether inlining a nested SDFG will turn one of its arrays into a View.
-
-    DaCe's InlineSDFG reshapes (adds a View for) an array whose rank exceeds
-    the outer memlet's, or whose strides do not match it; the same test here.
-    """
-    from dace.transformation.interstate import InlineSDFG
-    for node, state in program.all_nodes_recursive():
-        if not isinstance(node, dace.nodes.NestedSDFG):
-            continue
-        for edge in [*state.in_edges(node), *state.out_edges(node)]:
-            inner = node.sdfg.arrays.get(edge.dst_conn if edge.dst is node else edge.src_conn)
-            if inner is None or edge.data.data is None:
-                continue
-            outer = state.sdfg.arrays[edge.data.data]
-            if len(inner.shape) > len(edge.data.subset) or not InlineSDFG._check_strides(
-                    inner.strides, outer.strides, edge.data, node):
-                return True
-    return False
-
-
 def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SILENT,
                  simplify: bool = True, instrument_with=None, names: dict = None,
                  defer_compile: bool = False) -> Build:
@@ -154,23 +114,12 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
     timings = {}
     with progress.phase("expand"):
         t = time.perf_counter()
-        program = copy.deepcopy(sdfg)
-        program.build_folder = str(Path(folder) / program.name)
-        if target == "gpu":  # before expansion, so operators expand for the GPU
-            program.apply_gpu_transformations()
-        try:
-            with building_for(target):
-                program.expand_library_nodes(recursive=True)
-        except WorkbenchError:
-            raise  # typed already (an unsupported case names its node)
-        except Exception as e:
-            raise BuildError(f"expanding the operators of '{program.name}' failed: "
-                             f"{type(e).__name__}: {_first_line(str(e))}") from e
+        program = _expanded(sdfg, folder, target)
         timings["expand"] = time.perf_counter() - t
     if simplify:
         with progress.phase("simplify"):
             t = time.perf_counter()
-            simplify_program(program)
+            program = _simplified(program, sdfg, folder, target)
             timings["simplify"] = time.perf_counter() - t
     if instrument_with is not None:  # timers go on the final, simplified program
         instrument_with(program)
@@ -200,6 +149,45 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
         return lambda: _compile_and_load(program, program_folder, header, timings, progress,
                                          names)
     return _compile_and_load(program, program_folder, header, timings, progress, names)
+
+
+def _expanded(sdfg, folder, target) -> dace.SDFG:
+    """A copy of ``sdfg`` in ``folder`` with every operator expanded for ``target``."""
+    program = copy.deepcopy(sdfg)
+    program.build_folder = str(Path(folder) / program.name)
+    if target == "gpu":  # before expansion, so operators expand for the GPU
+        program.apply_gpu_transformations()
+    try:
+        with building_for(target):
+            program.expand_library_nodes(recursive=True)
+    except WorkbenchError:
+        raise  # typed already (an unsupported case names its node)
+    except Exception as e:
+        raise BuildError(f"expanding the operators of '{program.name}' failed: "
+                         f"{type(e).__name__}: {_first_line(str(e))}") from e
+    return program
+
+
+def _simplified(program, sdfg, folder, target) -> dace.SDFG:
+    """``program`` simplified; when DaCe's array elimination breaks on it (see
+    ``build.simplify``), a fresh expansion simplified without that pass."""
+    try:
+        simplify_program(program)
+        return program
+    except Exception as e:
+        if not array_elimination_failed(e):
+            raise BuildError(f"simplifying '{program.name}' failed: {type(e).__name__}: "
+                             f"{_first_line(str(e))}") from e
+        first = e
+    log.warning("DaCe's array elimination failed on '%s' (%s: %s); building without it",
+                sdfg.name, type(first).__name__, _first_line(str(first)))
+    program = _expanded(sdfg, folder, target)
+    try:
+        simplify_program(program, eliminate_arrays=False)
+    except Exception as e:
+        raise BuildError(f"simplifying '{program.name}' failed, with and without array "
+                         f"elimination: {type(e).__name__}: {_first_line(str(e))}") from e
+    return program
 
 
 def compile_together(jobs: list) -> list:
