@@ -188,14 +188,14 @@ def _missing(ws, match) -> list:
 
 def _imported_arrays(ws) -> set:
     import json
-    return set(json.loads(ws._steps[0].sdfg_json)["attributes"].get("_arrays", {}))
+    return set(json.loads(ws.timeline.imported.sdfg_json)["attributes"].get("_arrays", {}))
 
 
 def _rewind(ws, position: int) -> None:
     """Drop the steps added since ``position`` (they were never asked for on their own)."""
     if ws.position != position:
         ws.goto(position)
-    del ws._steps[position + 1:]
+    ws.timeline.drop_after(position)
     ws._autosave()
 
 

@@ -5,18 +5,19 @@ import json
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 
 import dace
 import numpy as np
 
 from workbench import analysis
 from workbench.errors import BadInputError, CheckFailed, TransformationError
+from workbench.history import History, Step
 from workbench.progress import SILENT
 from workbench.reference import random_inputs, run_reference
 from workbench.session_builds import SessionBuilds, to_json
 from workbench.session_files import SessionFiles
 from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all
+
 
 def _holding_lock(method):
     """Run ``method`` holding the session's lock (see ``Session.verify_steps``)."""
@@ -25,15 +26,6 @@ def _holding_lock(method):
         with self.lock:
             return method(self, *args, **kwargs)
     return locked
-
-
-@dataclass
-class _Step:
-    entry: dict       # what was applied (None for the import)
-    sdfg_json: str    # the SDFG after the step
-    weights: dict     # the weights after the step (replaced, never mutated)
-    saved: bool = False  # written to the session folder
-    signature: str = None  # this user's signature of sdfg_json (see workbench.provenance)
 
 
 class Session(SessionBuilds, SessionFiles):
@@ -49,11 +41,8 @@ class Session(SessionBuilds, SessionFiles):
         self.progress = progress
         self.id = uuid.uuid4().hex[:8]
         self.build_slot = build_slot or self.id
-        # Step 0 is the import; each applied transformation adds one. A step
-        # keeps the SDFG's JSON (deepcopy would renew memlet GUIDs; a JSON
-        # round trip is exact), so undo restores the very same SDFG.
-        self._steps = [_Step(None, to_json(self.sdfg), self.model.weights)]
-        self._position = 0
+        # every step taken and the current one (workbench.history)
+        self.timeline = History(Step(None, to_json(self.sdfg), self.model.weights))
         self._operator_names = {}
         self._movement = None   # (the SDFG, its data movement): see data_movement
         # FLOPs are the model's, whatever the schedule: counted once, at import.
@@ -113,8 +102,8 @@ class Session(SessionBuilds, SessionFiles):
 
     def _step_text(self, position: int = None) -> str:
         """The step at ``position`` (default: the current one) in words; "" for the import."""
-        position = self._position if position is None else position
-        entry = self._steps[position].entry
+        position = self.timeline.position if position is None else position
+        entry = self.timeline[position].entry
         return (f"step {position}: {entry['transformation']} "
                 f"({entry.get('description') or entry.get('where')})" if entry else "")
 
@@ -284,27 +273,25 @@ class Session(SessionBuilds, SessionFiles):
                  "options": json.loads(json.dumps([list(o) for o in match.options])),
                  "expr_index": match.expr_index,
                  "bytes_before": before, "bytes_after": after, "time": time.time()}
-        del self._steps[self._position + 1:]  # a new step drops what could be redone
-        self._steps.append(_Step(entry, to_json(trial), self.model.weights))
-        self._position += 1
+        self.timeline.push(Step(entry, to_json(trial), self.model.weights))  # drops the redo tail
         self._autosave()
         if verify:
-            self._record_verification(self._steps[-1])
+            self._record_verification(self.timeline.current)
         elif self.verify_steps:
             if self.step_checks is None:
                 from workbench.step_checks import BackgroundChecks
                 self.step_checks = BackgroundChecks()
-            self.step_checks(self, self._steps[-1])
+            self.step_checks(self, self.timeline.current)
         return entry
 
     def check_step(self, position: int = None) -> dict:
         """Build and verify the program of step ``position`` (default: the current one)
         and record the result in its history entry; returns the record."""
         from workbench import step_checks
-        position = self._position if position is None else position
-        if position == self._position:
-            return self._record_verification(self._steps[position])
-        return step_checks.check_now(self, self._steps[position], self.lock)
+        position = self.timeline.position if position is None else position
+        if position == self.timeline.position:
+            return self._record_verification(self.timeline[position])
+        return step_checks.check_now(self, self.timeline[position], self.lock)
 
     def wait_checks(self, timeout: float = None) -> None:
         """Wait for the background checks of ``verify_steps`` to finish."""
@@ -326,32 +313,30 @@ class Session(SessionBuilds, SessionFiles):
     @property
     def history(self) -> list:
         """The applied steps, oldest first (undone steps are not included)."""
-        return [step.entry for step in self._steps[1:self._position + 1]]
+        return self.timeline.applied()
 
     @property
     def position(self) -> int:
         """Index of the current step (0: as imported)."""
-        return self._position
+        return self.timeline.position
 
     @property
     def steps(self) -> list:
         """Every step entry including undone ones that ``redo`` can bring back."""
-        return [step.entry for step in self._steps[1:]]
+        return self.timeline.entries()
 
     def undo(self) -> bool:
         """Go back one step; False when already at the import."""
-        return self._position > 0 and self.goto(self._position - 1)
+        return self.position > 0 and self.goto(self.position - 1)
 
     def redo(self) -> bool:
-        return self._position < len(self._steps) - 1 and self.goto(self._position + 1)
+        return self.position < len(self.timeline) - 1 and self.goto(self.position + 1)
 
     def goto(self, step: int) -> bool:
         """Restore the SDFG (and weights) exactly as they were after ``step``."""
-        if not 0 <= step < len(self._steps):
-            raise BadInputError(f"step {step} does not exist (0..{len(self._steps) - 1})")
-        self._position = step
-        self.sdfg = dace.SDFG.from_json(json.loads(self._steps[step].sdfg_json))
-        self.model.weights = self._steps[step].weights
+        target = self.timeline.move(step)
+        self.sdfg = dace.SDFG.from_json(json.loads(target.sdfg_json))
+        self.model.weights = target.weights
         self._autosave()
         return True
 

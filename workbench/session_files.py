@@ -1,7 +1,7 @@
 """What a session writes: recipes, scripts, exported programs, session folders.
 
 A mixin of ``Session``: every method reads the session's history, model and
-build; none changes them.
+build; none changes them (``open_folder`` makes a new session from a folder).
 """
 
 
@@ -54,14 +54,41 @@ class SessionFiles:
     def save(self, folder) -> None:
         """Save to a session folder and keep autosaving there after every step."""
         from pathlib import Path
-        from workbench.persist import save_session
         if self.folder is None or Path(folder).resolve() != Path(self.folder).resolve():
-            for step in self._steps:   # "saved" meant: in the previous folder
-                step.saved = False
+            self.timeline.mark_unsaved()   # "saved" meant: in the previous folder
         self.folder = folder
-        save_session(self, folder)
+        self._write_folder()
 
     def _autosave(self):
         if self.folder is not None:
-            from workbench.persist import save_session
-            save_session(self, self.folder)
+            self._write_folder()
+
+    def _write_folder(self):
+        from workbench.persist import save_history
+        save_history(self.folder, self.timeline, self.model.reference_model, self.name,
+                     {i.onnx_name: list(i.shape) for i in self.inputs})
+
+    @classmethod
+    def open_folder(cls, folder, progress=None, trust: bool = False, autosave: bool = True):
+        """Reopen a session folder (see workbench.persist) at its current step.
+
+        ``trust`` accepts SDFGs this workbench did not write and, with
+        ``autosave``, signs them so the folder is not asked about again. Without
+        ``autosave`` the session does not write into the folder.
+        """
+        from pathlib import Path
+        from workbench.importer import import_model
+        from workbench.persist import read_session
+        from workbench.progress import SILENT
+        saved = read_session(folder, trust)
+        imported = import_model(saved.model_path, input_shapes=saved.input_shapes,
+                                name=saved.model_name, progress=progress or SILENT)
+        ws = cls(imported, progress or SILENT)   # no folder yet: nothing autosaves here
+        ws.timeline.restore(saved.steps)
+        ws.goto(min(saved.position, len(ws.timeline) - 1))
+        ws.recovery_note = saved.note
+        if autosave:
+            ws.folder = Path(folder)
+            if saved.note or saved.unsigned:  # the folder as restored (and trusted)
+                ws._write_folder()
+        return ws
