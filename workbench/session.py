@@ -267,11 +267,7 @@ class Session(SessionBuilds, SessionFiles):
         self.sdfg = trial
         self._movement = (trial, moved)
         self.model.weights = weights
-        entry = {"transformation": match.transformation, "level": t.level,
-                 "where": [list(w) for w in match.where], "description": match.description,
-                 # as JSON has it (tuples become lists), so a reopened step reads the same
-                 "options": json.loads(json.dumps([list(o) for o in match.options])),
-                 "expr_index": match.expr_index,
+        entry = {"transformation": match.transformation, "level": t.level, **match.to_json(),
                  "bytes_before": before, "bytes_after": after, "time": time.time()}
         self.timeline.push(Step(entry, to_json(trial), self.model.weights))  # drops the redo tail
         self._autosave()

@@ -8,8 +8,8 @@ build; none changes them (``open_folder`` makes a new session from a folder).
 class SessionFiles:
     def recipe_steps(self) -> list:
         """The applied steps as recipe steps (see workbench.recipe)."""
-        keys = ("transformation", "where", "options", "expr_index", "description")
-        return [{k: entry[k] for k in keys if k in entry} for entry in self.history]
+        from workbench.transform import Match
+        return [Match.from_json(entry).to_json() for entry in self.history]
 
     def save_recipe(self, path) -> None:
         """Write the applied steps as a recipe JSON that ``optimize`` replays."""
@@ -21,7 +21,8 @@ class SessionFiles:
         model and replays the steps exactly (``Session.replay``); run on another model it
         stops before changing anything (exit 2)."""
         from workbench.persist import atomic_write
-        from workbench.recipe_run import match_of, model_fingerprint
+        from workbench.recipe_run import model_fingerprint
+        from workbench.transform import Match
         shapes = {i.onnx_name: list(i.shape) for i in self.inputs}
         lines = [f'"""Replays {len(self.history)} workbench step(s) on {self.name}.',
                  "", "    python script.py [MODEL]    replay on MODEL (default: the one below), "
@@ -31,8 +32,7 @@ class SessionFiles:
                  "", f"MODEL = {self.source or self.name!r}", f"INPUT_SHAPES = {shapes!r}",
                  f"FINGERPRINT = {model_fingerprint(self)!r}  # the model the steps were "
                  f"recorded on", "STEPS = ["]
-        for step in self.recipe_steps():
-            match = match_of(step)
+        for match in map(Match.from_json, self.history):
             lines.append(f"    Match({match.transformation!r}, {match.where!r}, "
                          f"{match.description!r}, {match.options!r}, {match.expr_index!r}),")
         lines += ["]", "", "", "def replay(model=MODEL):",

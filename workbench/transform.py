@@ -7,7 +7,8 @@ implements it. A ``Match`` names the nodes it touches by stable identities
 list positions, so a recipe replays on a fresh import of the same model.
 """
 import copy
-from dataclasses import asdict, dataclass, field
+import json
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import dace
@@ -42,15 +43,19 @@ class Match:
         return dict(self.options)
 
     def to_json(self) -> dict:
-        d = asdict(self)
-        d.pop("delta_bytes")
-        d["where"] = [list(w) for w in self.where]
-        d["options"] = [list(o) for o in self.options]
-        return d
+        """The one serialization of a match: history entries, recipes and scripts record
+        this (as JSON has it: tuples become lists, inside option values too, so a
+        reopened step reads the same)."""
+        return {"transformation": self.transformation,
+                "where": [list(w) for w in self.where],
+                "description": self.description,
+                "options": json.loads(json.dumps([list(o) for o in self.options])),
+                "expr_index": self.expr_index}
 
     @staticmethod
     def from_json(d: dict) -> "Match":
-        return Match(d["transformation"], tuple(tuple(w) for w in d["where"]),
+        """A match from ``to_json``'s dict (a history entry or a recipe step)."""
+        return Match(d["transformation"], tuple(tuple(w) for w in d.get("where", ())),
                      d.get("description", ""), tuple(tuple(o) for o in d.get("options", ())),
                      d.get("expr_index", 0))
 
