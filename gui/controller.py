@@ -12,11 +12,7 @@ predictions for the CPU. Lanes still decide what waits for what and which
 results are stale; the lock only keeps two of them off the Session at once.
 It is also the Session's own lock (``ws.lock``).
 
-Every applied step is verified in the background (``ws.verify_steps``): a
-job in the ``checks`` lane per step, which holds the lock only while it
-generates code; compiling, running (in the worker process) and comparing
-go on while the window applies, undoes or lists further
-(``workbench.step_checks``). ``stepChecked`` tells the history panel.
+Every applied step is verified in the background (``gui.check_lane``).
 Programs run in a worker process (``workbench.isolated``): a crash is a
 ``ProgramCrashed`` shown as "Program crashed", and the session lives on.
 """
@@ -25,69 +21,30 @@ import time
 
 from PyQt5.QtCore import QObject, pyqtSignal
 
+from gui.check_lane import CheckLane
+from gui.qtapp import settle_long_lived_objects
 from gui.worker import QtProgress, Runner
 
 
 def predict_all(ws, matches, job, lock, every_s: float = 0.5) -> list:
     """Each match with ``delta_bytes``: bytes moved after applying it to a copy, minus now.
 
-    The same measurement as ``Session.transformations(predict=True)``, one
-    match at a time so the list fills in and a superseded job stops early.
-    Uses ``Session.predict(match)`` when the Session has it.
+    The same measurement as ``Session.transformations(predict=True)``
+    (``Session.predict``), one match at a time so the list fills in and a
+    superseded job stops early. A match that does not apply to a copy keeps
+    no prediction.
     """
-    from dataclasses import replace
-    from workbench import transform
-    predict = getattr(ws, "predict", None)
-    with lock:
-        sdfg, weights = ws.sdfg, ws.model.weights
-        before = None if predict else ws.data_movement(sdfg).moved_bytes
     out, last = [], time.monotonic()
     for i, match in enumerate(matches):
         if job.cancelled:
             return out + list(matches[i:])
-        try:
-            with lock:
-                if predict is not None:
-                    match = predict(match)
-                else:
-                    trial = transform.apply_to_copy(sdfg, match, weights)
-                    match = replace(match, delta_bytes=ws.data_movement(trial).moved_bytes
-                                    - before)
-        except Exception:
-            pass  # a match that does not apply to a copy keeps no prediction
+        with lock:
+            match = ws.predict(match)
         out.append(match)
         if time.monotonic() - last > every_s:
             job.report(out + list(matches[i + 1:]))
             last = time.monotonic()
     return out
-
-
-_settled = []
-
-
-def settle_long_lived_objects() -> None:
-    """Once per process, before the first model opens: import what every session needs,
-    then move all objects alive into the garbage collector's permanent generation.
-
-    A full collection walks every tracked object with the GIL held, a stall
-    for the window whichever thread triggers it. torch (which
-    onnxruntime.tools imports), DaCe, sympy and the transformation library
-    are 300,000 objects: with a 2,000-node model open a full collection took
-    233 ms, and 47 ms with them frozen (loaded 2-core machine). What is
-    frozen here (modules, the window) lives as long as the process anyway.
-    """
-    if _settled:
-        return
-    _settled.append(True)
-    import gc
-    try:
-        import onnxruntime.tools.symbolic_shape_infer  # noqa: F401 (the importer's shapes)
-    except Exception:
-        pass   # the importer falls back to onnx's shape inference
-    from workbench import transform
-    transform.load_plugins()
-    gc.collect()   # garbage frozen now would never be freed
-    gc.freeze()
 
 
 def describe_error(error: BaseException) -> str:
@@ -132,8 +89,8 @@ class Controller(QObject):
         self.profile_repeat, self.profile_warmup = 10, 2
         self.matches_state = "done"     # listing | predicting | done
         self.verify_steps = True        # check each applied step in the background
-        self.checking = set()           # id() of history entries being checked
-        self.checks_stop = threading.Event()   # set when the window closes
+        self.checks = CheckLane(self)
+        self.checking = self.checks.checking   # id() of history entries being checked
         self._checkRequested.connect(self._submit_check)   # queued: runs on the UI thread
 
     # -- opening -------------------------------------------------------------
@@ -181,8 +138,7 @@ class Controller(QObject):
         ws.step_checks = self._checkRequested.emit   # called by ws.apply in a worker
         self.selection, self.focus = (), None
         self.reports, self.last_build, self.analysis = {}, None, None
-        profiles = getattr(ws, "profiles", None)
-        self.last_profile = profiles[-1] if profiles else None
+        self.last_profile = ws.profiles[-1] if ws.profiles else None
         self.opened.emit()
         self.request_matches()
         self.request_analysis()
@@ -272,7 +228,7 @@ class Controller(QObject):
 
     def optimize(self, recipe, on_done=None) -> None:
         def done(result):
-            skipped = getattr(result, "skipped", [])
+            skipped = result.skipped
             if skipped:   # the recipe went on without them; say which and why
                 self.status.emit(f"Recipe {recipe}: {len(result)} step(s) applied, "
                                  f"{len(skipped)} skipped ({skipped[0].text()}"
@@ -340,24 +296,7 @@ class Controller(QObject):
                           error_title="Build failed")
 
     def _submit_check(self, ws, step) -> None:
-        """A background job verifying ``step`` of ``ws`` (see the module docstring)."""
-        from workbench import step_checks
-        entry = step.entry
-        self.checking.add(id(entry))
-
-        def done(_):
-            self.checking.discard(id(entry))
-            if ws is self.ws:
-                self.stepChecked.emit(entry)
-
-        def failed(error):
-            self.checking.discard(id(entry))
-            self._failed("Verifying a step failed", error)
-        self.runner.submit("checks", f"Verifying {entry.get('transformation')}",
-                           lambda job: step_checks.check_now(ws, step, self.lock,
-                                                             self.checks_stop),
-                           on_done=done, on_error=failed)
-        self.stepChecked.emit(entry)   # shown as being checked
+        self.checks.submit(ws, step)
 
     @staticmethod
     def _with_sources(ws, build):
@@ -388,7 +327,7 @@ class Controller(QObject):
 
     def shutdown(self, timeout_ms: int = 60000) -> None:
         """Stop background checks and wait for every job (the window closes)."""
-        self.checks_stop.set()
+        self.checks.stop.set()
         self.runner.shutdown(timeout_ms)
 
     def cancel(self) -> bool:
@@ -400,14 +339,7 @@ class Controller(QObject):
 
     # -- saving --------------------------------------------------------------
     def save_recipe(self, path) -> None:
-        ws = self.ws
-        if hasattr(ws, "save_recipe"):
-            ws.save_recipe(path)
-            return
-        from workbench.recipe import save_recipe
-        keys = ("transformation", "where", "options", "expr_index", "description")
-        save_recipe(path, f"{ws.name}-steps",
-                    [{k: e[k] for k in keys if k in e} for e in ws.history])
+        self.ws.save_recipe(path)
 
     def save_script(self, path) -> None:
         self.ws.save_script(path)

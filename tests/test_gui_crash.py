@@ -30,7 +30,7 @@ def test_a_segfaulting_program_leaves_the_window_and_the_session(qtbot, window):
     with registered(fault):
         scenarios.apply_and_wait(w, scenarios.first_match(w, fault.name))
     steps = [dict(e) for e in ctl.ws.history]
-    sdfg_json = ctl.ws._steps[-1].sdfg_json
+    sdfg_json = ctl.ws.timeline[-1].sdfg_json
     w.last_error = None
     ctl.verify()
     qtbot.waitUntil(lambda: w.last_error is not None and ctl.runner.idle(), timeout=300_000)
@@ -40,7 +40,7 @@ def test_a_segfaulting_program_leaves_the_window_and_the_session(qtbot, window):
     assert ctl.ws.build().sdfg.name in text and fault.name in text and "step 2" in text
     assert w.isVisible() and "Program crashed" in w.statusBar().currentMessage()
     assert ctl.ws.position == 2 and [dict(e) for e in ctl.ws.history] == steps
-    assert ctl.ws._steps[-1].sdfg_json == sdfg_json
+    assert ctl.ws.timeline[-1].sdfg_json == sdfg_json
     assert w.history.tree.topLevelItemCount() == 3 and ctl.current_report() is None
     # undo the faulty step: the next verify runs in a fresh worker and matches
     ctl.undo()

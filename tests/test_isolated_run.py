@@ -40,7 +40,7 @@ def _saved(folder):
 @pytest.mark.parametrize("kind", ["segfault", "abort"])
 def test_a_crashing_program_is_a_typed_error_and_the_session_lives_on(tmp_path, kind):
     ws, fault = _fault_session(tmp_path, kind)
-    history, sdfg_json = [dict(e) for e in ws.history], ws._steps[-1].sdfg_json
+    history, sdfg_json = [dict(e) for e in ws.history], ws.timeline[-1].sdfg_json
     with pytest.raises(ProgramCrashed) as caught:
         ws.verify()
     error = caught.value
@@ -52,7 +52,7 @@ def test_a_crashing_program_is_a_typed_error_and_the_session_lives_on(tmp_path, 
     assert build.sdfg.name in str(error) and fault.name in str(error)
     # every step kept, in memory and in the session folder
     assert ws.position == 2 and [dict(e) for e in ws.history] == history
-    assert ws._steps[-1].sdfg_json == sdfg_json
+    assert ws.timeline[-1].sdfg_json == sdfg_json
     assert [s["transformation"] for s in _saved(tmp_path / "session")["steps"]] == \
         [h["transformation"] for h in history]
     # the next verify (a fresh worker) of a good state works

@@ -66,5 +66,5 @@ def test_a_cancelled_check_records_nothing():
     stop = threading.Event()
     stop.set()
     with pytest.raises(Cancelled):
-        step_checks.check_now(ws, ws._steps[-1], ws.lock, stop)
+        step_checks.check_now(ws, ws.timeline[-1], ws.lock, stop)
     assert "verified" not in entry

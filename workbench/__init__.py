@@ -48,9 +48,9 @@ def open_session(folder, progress=SILENT, trust: bool = None):
     ``UntrustedSDFGError`` unless ``trust`` (see ``workbench.provenance``).
     """
     from workbench import provenance
-    from workbench.persist import open_session as _open_session
+    from workbench.session import Session
     trust = provenance.trust_by_default() if trust is None else trust
-    return _open_session(folder, progress, trust=trust)
+    return Session.open_folder(folder, progress, trust=trust)
 
 
 def open(model, input_shapes: dict = None, name: str = None, progress=SILENT,  # noqa: A001
@@ -100,12 +100,12 @@ def open(model, input_shapes: dict = None, name: str = None, progress=SILENT,  #
 
 def _open_session_folder(folder, input_shapes, progress, trust, session_dir):
     from workbench import provenance
-    from workbench.persist import open_session as _open_session
+    from workbench.session import Session
     if input_shapes:
         raise BadInputError(f"'{folder}' is a session folder: its input shapes are fixed; "
                             f"leave out the shapes (--shape).")
     trust = provenance.trust_by_default() if trust is None else trust
-    ws = _open_session(folder, progress, trust=trust, autosave=False)
+    ws = Session.open_folder(folder, progress, trust=trust, autosave=False)
     if session_dir is not None:
         ws.save(session_dir)
     return ws

@@ -26,13 +26,14 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnx
 
 from workbench import provenance
 from workbench.errors import BadInputError, UntrustedSDFGError
+from workbench.history import Step
 
 MANIFEST = "session.json"
 FORMAT = 1
@@ -63,15 +64,17 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def save_session(ws, folder) -> None:
-    """Write what is not on disk yet, then the manifest."""
+def save_history(folder, history, model, model_name: str, input_shapes: dict) -> None:
+    """Write what of ``history`` is not on disk yet, then the manifest; ``model`` (the
+    ONNX model as imported) is written once."""
     folder = Path(folder)
     (folder / "steps").mkdir(parents=True, exist_ok=True)
     model_path = folder / "model.onnx"
     if not model_path.exists():
-        atomic_write(model_path, ws.model.reference_model.SerializeToString())
+        atomic_write(model_path, model.SerializeToString())
+    steps = history.steps
     previous_weights = None
-    for i, step in enumerate(ws._steps):
+    for i, step in enumerate(steps):
         if not step.saved:  # a step replaced after undo is new, whatever its number
             atomic_write(folder / "steps" / f"{i:04d}.sdfgz",
                          gzip.compress(step.sdfg_json.encode(), compresslevel=5))
@@ -79,18 +82,17 @@ def save_session(ws, folder) -> None:
                 atomic_write(folder / "steps" / f"{i:04d}.npz", _npz_bytes(step.weights))
             step.saved = True
         previous_weights = step.weights
-    shapes = {i.onnx_name: list(i.shape) for i in ws.inputs}
-    for step in ws._steps[1:]:
+    for step in steps[1:]:
         if step.signature is None:
             step.signature = provenance.sign(step.sdfg_json)
-    manifest = {"format": FORMAT, "model": ws.name, "input_shapes": shapes,
-                "position": ws.position, "steps": [s.entry for s in ws._steps[1:]],
-                "signatures": [s.signature for s in ws._steps[1:]],
-                "weights_changed_at": [i for i in range(1, len(ws._steps))
-                                       if ws._steps[i].weights is not ws._steps[i - 1].weights]}
+    manifest = {"format": FORMAT, "model": model_name, "input_shapes": input_shapes,
+                "position": history.position, "steps": [s.entry for s in steps[1:]],
+                "signatures": [s.signature for s in steps[1:]],
+                "weights_changed_at": [i for i in range(1, len(steps))
+                                       if steps[i].weights is not steps[i - 1].weights]}
     atomic_write(folder / MANIFEST, json.dumps(manifest, indent=1).encode())
     for extra in (folder / "steps").iterdir():  # files of steps dropped by a new branch
-        if extra.name.split(".")[0].isdigit() and int(extra.name.split(".")[0]) >= len(ws._steps):
+        if extra.name.split(".")[0].isdigit() and int(extra.name.split(".")[0]) >= len(steps):
             extra.unlink()
 
 
@@ -101,16 +103,22 @@ def _npz_bytes(weights: dict) -> bytes:
     return buf.getvalue()
 
 
-def open_session(folder, progress=None, trust: bool = False, autosave: bool = True):
-    """Reopen a session folder (see the module rules).
+@dataclass
+class SavedSession:
+    """What a session folder holds, read and checked (rules 3 and 4); the caller
+    re-imports ``model_path`` and restores ``steps`` after its import step."""
+    model_path: Path
+    model_name: str
+    input_shapes: dict
+    steps: list          # [history.Step] after the import, weights None where unchanged
+    position: int        # the current step the manifest names
+    note: str            # why the history ends early ("" when it does not)
+    unsigned: list       # positions of steps accepted only because trusted
 
-    ``trust`` accepts SDFGs this workbench did not write (rule 4) and, with
-    ``autosave``, signs them so the folder is not asked about again. Without
-    ``autosave`` the session does not write into the folder.
-    """
-    from workbench.importer import import_model
-    from workbench.progress import SILENT
-    from workbench.session import Session, _Step
+
+def read_session(folder, trust: bool = False) -> SavedSession:
+    """Read a session folder (see the module rules); ``trust`` accepts SDFGs this
+    workbench did not write (rule 4)."""
     folder = Path(folder)
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
@@ -123,32 +131,21 @@ def open_session(folder, progress=None, trust: bool = False, autosave: bool = Tr
                             f"folder is damaged.") from None
     if not (folder / "model.onnx").is_file():
         raise BadInputError(f"'{folder}' has no model.onnx; the session cannot be restored.")
-    steps, note = _read_steps(folder, manifest)
+    read, note = _read_steps(folder, manifest)
     signatures = manifest.get("signatures") or []
-    unsigned = [i for i, (_, sdfg_json, _) in enumerate(steps, start=1)
+    unsigned = [i for i, (_, sdfg_json, _) in enumerate(read, start=1)
                 if not provenance.signed_here(sdfg_json, _at(signatures, i - 1))]
     if unsigned and not trust:
-        raise UntrustedSDFGError(folder, f"{len(unsigned)} of its {len(steps)} step(s) carry no "
+        raise UntrustedSDFGError(folder, f"{len(unsigned)} of its {len(read)} step(s) carry no "
                                          f"signature of this user's workbench, e.g. step "
                                          f"{unsigned[0]}")
     _drop_temporaries(folder)
-    imported = import_model(folder / "model.onnx", input_shapes=manifest.get("input_shapes"),
-                            name=manifest.get("model"), progress=progress or SILENT)
-    ws = Session(imported, progress or SILENT)
-    ws.folder = None  # no autosave while restoring
-    for i, (entry, sdfg_json, weights) in enumerate(steps, start=1):
-        signature = None if i in unsigned else signatures[i - 1]
-        weights = ws._steps[-1].weights if weights is None else weights
-        ws._steps.append(_Step(entry, sdfg_json, weights, saved=True, signature=signature))
-    position = min(manifest.get("position", 0), len(ws._steps) - 1)
-    ws._steps[0].saved = True
-    ws.goto(position)
-    ws.recovery_note = note
-    if autosave:
-        ws.folder = folder
-        if note or unsigned:  # make the folder consistent with what was restored (and trusted)
-            save_session(ws, folder)
-    return ws
+    steps = [Step(entry, sdfg_json, weights, saved=True,
+                  signature=None if i in unsigned else signatures[i - 1])
+             for i, (entry, sdfg_json, weights) in enumerate(read, start=1)]
+    return SavedSession(folder / "model.onnx", manifest.get("model"),
+                        manifest.get("input_shapes"), steps, manifest.get("position", 0),
+                        note, unsigned)
 
 
 def _read_steps(folder: Path, manifest: dict):

@@ -4,15 +4,14 @@ A step is ``{"transformation": NAME, "where": [[role, identity], ...]}`` (one
 match, as a session records it) or ``{"transformation": NAME, "all": true}``
 (every match, repeatedly, until none is left: how the shipped, model-
 independent recipes are written). Optional ``"level"`` filters nothing; it
-is for people reading the file.
+is for people reading the file. A recipe name is looked up in the folders
+registered with ``workbench.transform.register_recipes`` (the bundled
+library's ``transforms/recipes/``, a plug-in's own).
 """
 import json
 from pathlib import Path
 
 from workbench.errors import BadInputError
-
-# Folders searched for ``<name>.json`` recipes; the bundled library adds its own.
-RECIPE_DIRS = []
 
 
 def load_recipe(recipe) -> dict:
@@ -21,12 +20,11 @@ def load_recipe(recipe) -> dict:
         return _checked(recipe, "recipe")
     if isinstance(recipe, list):
         return _checked({"name": "steps", "steps": recipe}, "recipe")
-    from workbench.transform import load_plugins
-    load_plugins()
+    from workbench.transform import recipe_dirs
     text = str(recipe)
     path = Path(text)
     if not path.suffix:
-        for folder in RECIPE_DIRS:
+        for folder in recipe_dirs():
             if (Path(folder) / f"{text}.json").is_file():
                 path = Path(folder) / f"{text}.json"
                 break
@@ -44,9 +42,8 @@ def load_recipe(recipe) -> dict:
 
 
 def recipe_names() -> list:
-    from workbench.transform import load_plugins
-    load_plugins()
-    return sorted({p.stem for folder in RECIPE_DIRS for p in Path(folder).glob("*.json")})
+    from workbench.transform import recipe_dirs
+    return sorted({p.stem for folder in recipe_dirs() for p in Path(folder).glob("*.json")})
 
 
 def _checked(data, where) -> dict:

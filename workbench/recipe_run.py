@@ -60,6 +60,7 @@ class RecipeResult(list):
 
 def run_recipe(ws, recipe) -> RecipeResult:
     from workbench.recipe import load_recipe
+    from workbench.transform import Match
     data = load_recipe(recipe)
     steps = data["steps"]
     _check_names(steps, f"recipe '{data.get('name', 'steps')}'")
@@ -70,7 +71,7 @@ def run_recipe(ws, recipe) -> RecipeResult:
         if step.get("all"):
             _apply_all(ws, number, name, step.get("limit", ALL_LIMIT), result)
             continue
-        match = match_of(step)
+        match = Match.from_json(step)
         try:
             result.append(ws.apply(match))
         except TransformationError as e:
@@ -113,13 +114,6 @@ def replay(ws, matches, fingerprint: str = None) -> list:
             raise error(f"replay step {number} ({match.transformation} on {_where(match)}): "
                         f"{why}. The session is back where it was before the replay.") from None
     return added
-
-
-def match_of(step: dict):
-    from workbench.transform import Match
-    return Match(step["transformation"], tuple(tuple(w) for w in step.get("where", ())),
-                 step.get("description", ""), tuple(tuple(o) for o in step.get("options", ())),
-                 step.get("expr_index", 0))
 
 
 def model_fingerprint(ws) -> str:
@@ -188,14 +182,14 @@ def _missing(ws, match) -> list:
 
 def _imported_arrays(ws) -> set:
     import json
-    return set(json.loads(ws._steps[0].sdfg_json)["attributes"].get("_arrays", {}))
+    return set(json.loads(ws.timeline.imported.sdfg_json)["attributes"].get("_arrays", {}))
 
 
 def _rewind(ws, position: int) -> None:
     """Drop the steps added since ``position`` (they were never asked for on their own)."""
     if ws.position != position:
         ws.goto(position)
-    del ws._steps[position + 1:]
+    ws.timeline.drop_after(position)
     ws._autosave()
 
 

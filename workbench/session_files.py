@@ -1,15 +1,15 @@
 """What a session writes: recipes, scripts, exported programs, session folders.
 
 A mixin of ``Session``: every method reads the session's history, model and
-build; none changes them.
+build; none changes them (``open_folder`` makes a new session from a folder).
 """
 
 
 class SessionFiles:
     def recipe_steps(self) -> list:
         """The applied steps as recipe steps (see workbench.recipe)."""
-        keys = ("transformation", "where", "options", "expr_index", "description")
-        return [{k: entry[k] for k in keys if k in entry} for entry in self.history]
+        from workbench.transform import Match
+        return [Match.from_json(entry).to_json() for entry in self.history]
 
     def save_recipe(self, path) -> None:
         """Write the applied steps as a recipe JSON that ``optimize`` replays."""
@@ -21,7 +21,8 @@ class SessionFiles:
         model and replays the steps exactly (``Session.replay``); run on another model it
         stops before changing anything (exit 2)."""
         from workbench.persist import atomic_write
-        from workbench.recipe_run import match_of, model_fingerprint
+        from workbench.recipe_run import model_fingerprint
+        from workbench.transform import Match
         shapes = {i.onnx_name: list(i.shape) for i in self.inputs}
         lines = [f'"""Replays {len(self.history)} workbench step(s) on {self.name}.',
                  "", "    python script.py [MODEL]    replay on MODEL (default: the one below), "
@@ -31,8 +32,7 @@ class SessionFiles:
                  "", f"MODEL = {self.source or self.name!r}", f"INPUT_SHAPES = {shapes!r}",
                  f"FINGERPRINT = {model_fingerprint(self)!r}  # the model the steps were "
                  f"recorded on", "STEPS = ["]
-        for step in self.recipe_steps():
-            match = match_of(step)
+        for match in map(Match.from_json, self.history):
             lines.append(f"    Match({match.transformation!r}, {match.where!r}, "
                          f"{match.description!r}, {match.options!r}, {match.expr_index!r}),")
         lines += ["]", "", "", "def replay(model=MODEL):",
@@ -54,14 +54,41 @@ class SessionFiles:
     def save(self, folder) -> None:
         """Save to a session folder and keep autosaving there after every step."""
         from pathlib import Path
-        from workbench.persist import save_session
         if self.folder is None or Path(folder).resolve() != Path(self.folder).resolve():
-            for step in self._steps:   # "saved" meant: in the previous folder
-                step.saved = False
+            self.timeline.mark_unsaved()   # "saved" meant: in the previous folder
         self.folder = folder
-        save_session(self, folder)
+        self._write_folder()
 
     def _autosave(self):
         if self.folder is not None:
-            from workbench.persist import save_session
-            save_session(self, self.folder)
+            self._write_folder()
+
+    def _write_folder(self):
+        from workbench.persist import save_history
+        save_history(self.folder, self.timeline, self.model.reference_model, self.name,
+                     {i.onnx_name: list(i.shape) for i in self.inputs})
+
+    @classmethod
+    def open_folder(cls, folder, progress=None, trust: bool = False, autosave: bool = True):
+        """Reopen a session folder (see workbench.persist) at its current step.
+
+        ``trust`` accepts SDFGs this workbench did not write and, with
+        ``autosave``, signs them so the folder is not asked about again. Without
+        ``autosave`` the session does not write into the folder.
+        """
+        from pathlib import Path
+        from workbench.importer import import_model
+        from workbench.persist import read_session
+        from workbench.progress import SILENT
+        saved = read_session(folder, trust)
+        imported = import_model(saved.model_path, input_shapes=saved.input_shapes,
+                                name=saved.model_name, progress=progress or SILENT)
+        ws = cls(imported, progress or SILENT)   # no folder yet: nothing autosaves here
+        ws.timeline.restore(saved.steps)
+        ws.goto(min(saved.position, len(ws.timeline) - 1))
+        ws.recovery_note = saved.note
+        if autosave:
+            ws.folder = Path(folder)
+            if saved.note or saved.unsigned:  # the folder as restored (and trusted)
+                ws._write_folder()
+        return ws

@@ -80,7 +80,7 @@ def run_and_compare(ws, step, finish, cancel=None) -> dict:
     try:
         inputs = ws.random_inputs()
         args, results = ws._call_args(build, inputs, weights=step.weights)
-        position = next((i for i, s in enumerate(ws._steps) if s is step), None)
+        position = ws.timeline.index(step)
         isolated.call(build, args, [o.sdfg_name for o in ws.outputs], constant=step.weights.keys(),
                       timeout=ws.run_timeout, cancel=cancel, step=_describe(step, position))
     finally:
@@ -94,7 +94,7 @@ def run_and_compare(ws, step, finish, cancel=None) -> dict:
 def record(ws, step, verified: dict) -> None:
     """Into the step's entry, and the session folder when the step is still there."""
     step.entry["verified"] = verified
-    if any(s is step for s in ws._steps):
+    if step in ws.timeline:
         ws._autosave()
 
 

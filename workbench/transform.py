@@ -7,13 +7,14 @@ implements it. A ``Match`` names the nodes it touches by stable identities
 list positions, so a recipe replays on a fresh import of the same model.
 """
 import copy
-from dataclasses import asdict, dataclass, field
+import json
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import dace
 
 from workbench import nodeid
-from workbench.errors import TransformationError
+from workbench.errors import TransformationError, WorkbenchError
 
 LEVELS = ("local", "fusion", "layout", "global")
 ENTRY_POINT_GROUP = "dace_workbench.transformations"
@@ -42,15 +43,19 @@ class Match:
         return dict(self.options)
 
     def to_json(self) -> dict:
-        d = asdict(self)
-        d.pop("delta_bytes")
-        d["where"] = [list(w) for w in self.where]
-        d["options"] = [list(o) for o in self.options]
-        return d
+        """The one serialization of a match: history entries, recipes and scripts record
+        this (as JSON has it: tuples become lists, inside option values too, so a
+        reopened step reads the same)."""
+        return {"transformation": self.transformation,
+                "where": [list(w) for w in self.where],
+                "description": self.description,
+                "options": json.loads(json.dumps([list(o) for o in self.options])),
+                "expr_index": self.expr_index}
 
     @staticmethod
     def from_json(d: dict) -> "Match":
-        return Match(d["transformation"], tuple(tuple(w) for w in d["where"]),
+        """A match from ``to_json``'s dict (a history entry or a recipe step)."""
+        return Match(d["transformation"], tuple(tuple(w) for w in d.get("where", ())),
                      d.get("description", ""), tuple(tuple(o) for o in d.get("options", ())),
                      d.get("expr_index", 0))
 
@@ -165,6 +170,7 @@ def _roles(xform) -> dict:
 
 
 _REGISTRY: Dict[str, Transformation] = {}
+_RECIPE_DIRS: List[str] = []   # folders of ``NAME.json`` recipes (see workbench.recipe)
 _loaded = False
 
 
@@ -178,20 +184,34 @@ def register(cls):
     return cls
 
 
+def register_recipes(folder) -> None:
+    """Add a folder of ``NAME.json`` recipes (the bundled library's, a plug-in's)."""
+    folder = str(folder)
+    if folder not in _RECIPE_DIRS:
+        _RECIPE_DIRS.append(folder)
+
+
+def recipe_dirs() -> List[str]:
+    """The registered recipe folders, in registration order."""
+    load_plugins()
+    return list(_RECIPE_DIRS)
+
+
 def load_plugins() -> None:
-    """Import the bundled library and any entry-point plug-ins, once."""
+    """Load every package of the entry-point group, once: the bundled library
+    (``transforms``, named in pyproject.toml) and users' plug-ins alike."""
     global _loaded
     if _loaded:
         return
-    _loaded = True
-    try:
-        import transforms  # noqa: F401 (registers the bundled library)
-    except ModuleNotFoundError as e:
-        if e.name != "transforms":  # the library is there but broken: say so, not "none"
-            raise
+    _loaded = True   # a plug-in that asks for the registry while it loads gets no recursion
     from importlib.metadata import entry_points
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         ep.load()
+    if not _REGISTRY:   # not even the bundled library: the install predates its entry point
+        _loaded = False
+        raise WorkbenchError(f"no transformation library is registered in the entry-point "
+                             f"group '{ENTRY_POINT_GROUP}'; install the workbench "
+                             f"(pip install -e .) so the bundled one is found.")
 
 
 def get(name: str) -> Transformation:

@@ -9,8 +9,6 @@ else 8 GiB; sizes are bytes or take a unit (``512M``, ``16G``, ``1.5GiB``).
 import os
 import re
 
-import onnx
-
 from workbench.errors import BadInputError, MemoryBudgetError
 
 DEFAULT_BUDGET = 8 << 30
@@ -57,11 +55,3 @@ def check_budget(sizes: dict, budget=None, what: str = "the model's tensors",
         biggest = sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
         extra = {} if advice is None else {"advice": advice}
         raise MemoryBudgetError(total, limit, biggest, what, **extra)
-
-
-def check_model_budget(model: onnx.ModelProto, budget=None) -> None:
-    """Every tensor of ``model`` with a static shape, against the budget."""
-    from workbench.importer.shapes import tensor_types
-    sizes = {name: tensor_bytes(elem, shape) for name, (elem, shape) in tensor_types(model).items()
-             if shape is not None}
-    check_budget(sizes, budget)

@@ -9,7 +9,7 @@ import onnx
 from onnx import TensorProto
 
 from workbench.errors import ShapeError
-from workbench.importer.budget import check_model_budget
+from workbench.importer.budget import check_budget, tensor_bytes
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +187,13 @@ def tensor_types(model: onnx.ModelProto) -> dict:
     for t in model.graph.initializer:
         out[t.name] = (t.data_type, tuple(t.dims))
     return out
+
+
+def check_model_budget(model: onnx.ModelProto, budget=None) -> None:
+    """Every tensor of ``model`` with a static shape, against the budget (budget.py)."""
+    sizes = {name: tensor_bytes(elem, shape) for name, (elem, shape) in tensor_types(model).items()
+             if shape is not None}
+    check_budget(sizes, budget)
 
 
 def _copy(model):

@@ -1,0 +1,168 @@
+"""Running a session's program: ``run``, ``verify``, ``profile``.
+
+A mixin of ``Session``. Programs run in a worker process
+(``workbench.isolated``), so a crash or a hang in generated code is a
+``ProgramCrashed`` naming the step, and the session lives on.
+"""
+import functools
+import time
+
+import numpy as np
+
+from workbench.errors import BadInputError
+from workbench.reference import random_inputs, run_reference
+from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all
+
+
+def holding_lock(method):
+    """Run ``method`` holding the session's lock (see ``Session.verify_steps``)."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self.lock:
+            return method(self, *args, **kwargs)
+    return locked
+
+
+class SessionRuns:
+    @holding_lock
+    def run(self, inputs: dict, target: str = "cpu", arch: str = None) -> dict:
+        """Run the built program; ``inputs`` and the result are keyed by ONNX names.
+
+        ``target="gpu"`` compiles the CUDA program for ``arch`` (default: the
+        device's) and runs it; without a CUDA device that is a NoCudaDeviceError."""
+        build = self._runnable_build(target, arch)
+        args, results = self._call_args(build, inputs)
+        self._call(build, args)
+        return {info.onnx_name: results[info.onnx_name].reshape(info.shape)
+                for info in self.outputs}
+
+    # Programs run in a worker process (workbench.isolated): a crash or a hang in
+    # generated code is a ProgramCrashed, and the session lives on. False runs them in
+    # this process (only to compare timings with the isolated run).
+    isolated = True
+    run_timeout = None   # seconds one call may take (None: isolated.DEFAULT_TIMEOUT_S)
+
+    def _call(self, build, args: dict, repeat: int = 1, warmup: int = 0) -> list:
+        """Call ``build``'s program ``warmup + repeat`` times on ``_call_args``' ``args``
+        (outputs are filled in place); milliseconds of the ``repeat`` timed calls."""
+        from workbench.profile import time_calls
+        if not self.isolated:
+            return time_calls(lambda: build.compiled(**args), repeat, warmup)
+        from workbench import isolated
+        return isolated.call(build, args, [o.sdfg_name for o in self.outputs],
+                             constant=self.model.weights.keys(), repeat=repeat, warmup=warmup,
+                             timeout=self.run_timeout,
+                             cancel=getattr(self.progress, "cancel_event", None),
+                             step=self._step_text())
+
+    def _step_text(self, position: int = None) -> str:
+        """The step at ``position`` (default: the current one) in words; "" for the import."""
+        position = self.timeline.position if position is None else position
+        entry = self.timeline[position].entry
+        return (f"step {position}: {entry['transformation']} "
+                f"({entry.get('description') or entry.get('where')})" if entry else "")
+
+    def _call_args(self, build, inputs: dict, weights: dict = None):
+        """Keyword arguments for ``build.compiled`` and the output arrays in them
+        (``weights``: another step's, default the current ones)."""
+        args = dict(self.model.weights if weights is None else weights)
+        args.update({name: value.reshape(build.sdfg.arrays[name].shape)   # as ``build`` stores it
+                     for name, value in self._input_arrays(inputs).items()})
+        results = {}
+        for info in self.outputs:
+            results[info.onnx_name] = np.zeros(build.sdfg.arrays[info.sdfg_name].shape,
+                                               dtype=info.dtype)
+            args[info.sdfg_name] = results[info.onnx_name]
+        return args, results
+
+    @holding_lock
+    def profile(self, repeat: int = 20, warmup: int = 3, reference: bool = True,
+                threads: int = None, inputs: dict = None):
+        """Median runtimes of the current program, per ONNX operator too.
+
+        Uses ``threads`` (default 2, or $WORKBENCH_THREADS) for OpenMP, BLAS
+        and the onnxruntime reference alike. The result is also appended to
+        ``profiles`` with the current history position.
+        """
+        from workbench import profile as prof
+        threads = threads or prof.DEFAULT_THREADS
+        prof.set_threads(threads)
+        inputs = self.random_inputs() if inputs is None else inputs
+        self._build_both()
+        build = self.build()
+        args, _ = self._call_args(build, inputs)
+        with self.progress.phase(f"time {repeat} runs"):
+            samples = self._call(build, args, repeat, warmup)
+        timed = self._instrumented_build()
+        timed.sdfg.clear_instrumentation_reports()
+        args, _ = self._call_args(timed, inputs)
+        with self.progress.phase("per-operator timers"):
+            self._call(timed, args, repeat=max(3, min(repeat, 10)))  # a report per call
+            per_op, per_kernel = prof.kernel_times(timed, self.operator_names())
+        ref = None
+        if reference:
+            with self.progress.phase("time onnxruntime"):
+                ref = prof.median(prof.reference_times(self.model.reference_model,
+                                                       self._reference_feeds(inputs), repeat,
+                                                       warmup, threads))
+        result = prof.Profile(self.position, prof.median(samples), min(samples), max(samples),
+                              samples, per_op, per_kernel, ref, threads, repeat, warmup)
+        self.profiles.append(result)
+        return result
+
+    def random_inputs(self, seed: int = 0) -> dict:
+        return random_inputs(self.inputs, seed)
+
+    @holding_lock
+    def verify(self, inputs: dict = None, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+               expect: dict = None, target: str = "cpu", arch: str = None):
+        """Run the program (built for ``target``; see ``run``) and onnxruntime (or
+        ``expect``) on the same inputs; compare."""
+        inputs = self.random_inputs() if inputs is None else inputs
+        timings = {}
+        build = self._runnable_build(target, arch)
+        with self.progress.phase("run workbench program"):
+            t = time.perf_counter()
+            outputs = self.run(inputs, target, arch)
+            timings["run_s"] = time.perf_counter() - t
+        if expect is None:
+            with self.progress.phase("run reference"):
+                reference, ref_name = run_reference(self.model.reference_model,
+                                                    self._reference_feeds(inputs))
+        else:
+            reference, ref_name = dict(expect), "expected outputs"
+            unknown = sorted(set(reference) - {o.onnx_name for o in self.outputs})
+            if unknown:
+                raise BadInputError(f"expected outputs name {', '.join(unknown)}, which the model "
+                                    f"does not produce; outputs are "
+                                    f"{', '.join(o.onnx_name for o in self.outputs)}.")
+        report = compare_all(self.name, outputs, reference, rtol, atol, ref_name)
+        report.timings = {"build_s": build.seconds, **timings,
+                          **{f"{k}_s": v for k, v in build.timings.items()}}
+        return report
+
+    def _input_arrays(self, inputs: dict) -> dict:
+        known = {i.onnx_name: i for i in self.inputs}
+        unknown = sorted(set(inputs) - set(known))
+        missing = sorted(set(known) - set(inputs))
+        if unknown or missing:
+            raise BadInputError(
+                "inputs do not match the model: " +
+                (f"missing {', '.join(missing)}" if missing else "") +
+                ("; " if missing and unknown else "") +
+                (f"unknown {', '.join(unknown)}" if unknown else "") +
+                f". The model's inputs are {', '.join(known)}.")
+        out = {}
+        for name, info in known.items():
+            value = np.asarray(inputs[name])
+            if tuple(value.shape) != tuple(info.shape):
+                raise BadInputError(f"input '{name}' has shape {value.shape}; the model was "
+                                    f"imported with shape {tuple(info.shape)}.")
+            stored = self.sdfg.arrays[info.sdfg_name].shape
+            out[info.sdfg_name] = np.ascontiguousarray(value.astype(info.dtype, copy=False)
+                                                       ).reshape(stored)
+        return out
+
+    def _reference_feeds(self, inputs: dict) -> dict:
+        return {i.onnx_name: np.asarray(inputs[i.onnx_name]).astype(i.dtype, copy=False)
+                for i in self.inputs}
