@@ -108,9 +108,10 @@ def settle_long_lived_objects() -> None:
     then move all objects alive into the garbage collector's permanent generation.
 
     A full collection walks every tracked object with the GIL held, a stall
-    for the window whichever thread triggers it. torch (which
-    onnxruntime.tools imports), DaCe, sympy and the transformation library
-    are 300,000 objects: with a 2,000-node model open a full collection took
+    for the window whichever thread triggers it. DaCe, sympy, onnxruntime's
+    shape engine and the transformation library (with torch, which
+    ``onnxruntime.tools`` imported until the importer loaded the engine alone)
+    were 300,000 objects: with a 2,000-node model open a full collection took
     233 ms, and 47 ms with them frozen (loaded 2-core machine). What is
     frozen here (modules, the window) lives as long as the process anyway.
     """
@@ -119,7 +120,8 @@ def settle_long_lived_objects() -> None:
     _settled.append(True)
     import gc
     try:
-        import onnxruntime.tools.symbolic_shape_infer  # noqa: F401 (the importer's shapes)
+        from workbench.importer.shapes import symbolic_engine
+        symbolic_engine()   # as the importer loads it: without torch
     except Exception:
         pass   # the importer falls back to onnx's shape inference
     from workbench import transform

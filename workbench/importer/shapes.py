@@ -98,7 +98,7 @@ def infer_shapes(model: onnx.ModelProto, hints: dict = None,
         if exact is not None:
             check_model_budget(exact, memory_budget)
         try:
-            symbolic = _symbolic_engine().infer_shapes(model, auto_merge=False)
+            symbolic = symbolic_engine().infer_shapes(model, auto_merge=False)
         except MemoryError:
             raise
         except Exception as e:  # it asserts on some exports (legacy ViT)
@@ -136,7 +136,7 @@ def infer_shapes(model: onnx.ModelProto, hints: dict = None,
 SYMBOLIC_MODULE = "onnxruntime.tools.symbolic_shape_infer"
 
 
-def _symbolic_engine():
+def symbolic_engine():
     """onnxruntime's ``SymbolicShapeInference``, loaded without its package's
     ``__init__``: ``onnxruntime.tools`` imports torch whenever torch is installed
     (1.5 s of every command here), and the engine needs nothing from it."""
