@@ -8,6 +8,8 @@ every transformation with ``workbench.transform`` and the shipped recipes
 from pathlib import Path
 
 from transforms import fusion, global_, layout, local  # noqa: F401 (registration)
-from workbench.transform import register_recipes
+from transforms.global_ import buffer_order
+from workbench.transform import register_check, register_recipes
 
 register_recipes(Path(__file__).with_name("recipes"))
+register_check(buffer_order.conflicts)

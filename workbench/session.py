@@ -123,7 +123,7 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
         # A transformation that changes weights works on a copy of the dict.
         weights = dict(self.model.weights) if t.needs_weights else self.model.weights
         try:
-            transform.apply_match(t, trial, match, weights)
+            transform.apply_match(t, trial, match, weights, original=self.sdfg)
             trial.validate()
             moved = self.data_movement(trial)  # measured before anything changes
             after = moved.moved_bytes

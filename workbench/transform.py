@@ -9,7 +9,7 @@ list positions, so a recipe replays on a fresh import of the same model.
 import copy
 import json
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import dace
 
@@ -171,6 +171,9 @@ def _roles(xform) -> dict:
 
 _REGISTRY: Dict[str, Transformation] = {}
 _RECIPE_DIRS: List[str] = []   # folders of ``NAME.json`` recipes (see workbench.recipe)
+# Whole-program rules every step's result must keep: f(sdfg) -> lines, each a broken rule
+# (the bundled library registers buffer_order: no value read after its buffer is reused).
+_CHECKS: List[Callable] = []
 _loaded = False
 
 
@@ -242,22 +245,42 @@ def find_matches(t: Transformation, sdfg: dace.SDFG, weights: dict = None) -> Li
     return [] if weights is None else t.find(sdfg, weights)
 
 
-def apply_match(t: Transformation, sdfg: dace.SDFG, match: Match, weights: dict = None) -> None:
+def register_check(check: Callable) -> None:
+    """Add a rule every step's result must keep (see ``_CHECKS``)."""
+    if check not in _CHECKS:
+        _CHECKS.append(check)
+
+
+def apply_match(t: Transformation, sdfg: dace.SDFG, match: Match, weights: dict = None,
+                original: dace.SDFG = None) -> None:
     """``t.apply``, handing ``weights`` (changed in place) only to a transformation
-    that needs them."""
+    that needs them; a result that breaks a registered rule that ``original`` (the
+    SDFG before the step, when given) kept is a TransformationError (``sdfg`` is then
+    half-changed: callers apply to a copy)."""
     if not t.needs_weights:
         t.apply(sdfg, match)
-        return
-    if weights is None:
+    elif weights is None:
         raise TransformationError(f"{t.name} needs the model's weights: apply it through a "
                                   f"Session (ws.apply)")
-    t.apply(sdfg, match, weights)
+    else:
+        t.apply(sdfg, match, weights)
+    for check in _CHECKS:
+        broken = check(sdfg)
+        if broken and original is not None:
+            before = set(check(original))
+            broken = [line for line in broken if line not in before]
+        if broken:
+            raise TransformationError(
+                f"{t.name} on {match.description or match.nodes} refused: {broken[0]}"
+                f"{f' (and {len(broken) - 1} more)' if len(broken) > 1 else ''}; "
+                f"the result would read a value after its buffer is reused. "
+                f"The session is unchanged.")
 
 
 def apply_to_copy(sdfg: dace.SDFG, match: Match, weights: dict = None) -> dace.SDFG:
     """The SDFG ``match`` would produce, leaving ``sdfg`` (and ``weights``) untouched."""
     trial = copy.deepcopy(sdfg)
     apply_match(get(match.transformation), trial, match,
-                None if weights is None else dict(weights))
+                None if weights is None else dict(weights), original=sdfg)
     return trial
 
