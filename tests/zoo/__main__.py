@@ -104,8 +104,10 @@ class ModelRun:
                                 start_new_session=True)
         lines, tail = queue.Queue(), []
         threading.Thread(target=_pump, args=(proc.stdout, lines.put), daemon=True).start()
-        threading.Thread(target=_pump, args=(proc.stderr, lambda s: _keep_tail(tail, s)),
-                         daemon=True).start()
+        errors = threading.Thread(target=_pump, args=(proc.stderr,
+                                                       lambda s: _keep_tail(tail, s)),
+                                  daemon=True)
+        errors.start()
         for path in paths:
             t0 = time.perf_counter()
             try:
@@ -119,6 +121,7 @@ class ModelRun:
                 return
             if line is None:  # the child died inside this cell
                 code = proc.wait()
+                errors.join(timeout=10)   # its last words may still be in the pipe
                 why = f"signal {-code}" if code < 0 else f"exit {code}"
                 last = tail[-1] if tail else "no output"
                 self._record({"model": self.name, "path": path, "ok": False, "skipped": 0,
