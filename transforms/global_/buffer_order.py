@@ -108,14 +108,13 @@ def _through_views(state, access, members, side: str) -> list:
 
 def _elementwise(node) -> bool:
     from dace.sdfg import nodes
-    from workbench.ops.elementwise import BINARY, UNARY, VARIADIC
+    from transforms.global_.inplace import ELEMENTWISE
     if isinstance(node, nodes.MapEntry):
         return True
-    op_type, domain = getattr(node, "op_type", None), getattr(node, "domain", None)
+    op_type = getattr(node, "op_type", None)
     if op_type == "FusedElementwise":   # the workbench's fused chains (row epilogues too)
         return True
-    kinds = set(UNARY) | set(BINARY) | set(VARIADIC) | {"Mean", "Gelu", "Mod", "Clip"}
-    return op_type in kinds and not domain
+    return op_type in ELEMENTWISE and not getattr(node, "domain", None)
 
 
 def _label(node) -> str:
