@@ -110,3 +110,16 @@ def test_node_positions_answer_as_dace_does():
             with pytest.raises(NodeNotFoundError):
                 state.node(bad)
     assert checked > 100
+
+
+def test_an_expansion_step_does_not_keep_a_copy_of_the_whole_sdfg():
+    """DaCe's own transformation history would store the whole SDFG in ``orig_sdfg`` at
+    the first expansion; every later copy, JSON and build would carry it."""
+    import json
+    import workbench
+    ws = workbench.open("mlp")
+    expand = next(m for m in ws.transformations(predict=False, names=["ExpandToMaps"]))
+    ws.apply(expand)
+    assert all(sd.orig_sdfg is None and not sd.transformation_hist
+               for sd in ws.sdfg.all_sdfgs_recursive())
+    assert json.loads(ws.timeline.current.sdfg_json)["attributes"].get("orig_sdfg") is None

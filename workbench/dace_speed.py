@@ -19,6 +19,14 @@
    node dict in a Python generator: 7 % of building a ViT-tiny export. A list
    of the same dict keys answers by position in C; DaCe nodes define no
    ``__eq__``, so ``list.index`` finds the node itself, as the walk did.
+4. DaCe records every transformation applied through its own API (each
+   library-node expansion, each inlining) on the SDFG, and the first one
+   stores a deep copy of the whole SDFG in ``orig_sdfg``, which every later
+   deepcopy and JSON of the SDFG then carries. After one ExpandToMaps step on
+   a ViT-tiny export (524 operators) the session's JSON went from 2.6 to
+   5.1 MB and a copy from 0.40 to 0.67 s; every build paid one more copy
+   of the whole program. The workbench keeps its own history
+   (``workbench.history``), so DaCe's (config ``store_history``) is off.
 
 ``install`` is called by the modules that build or change SDFGs (the operator
 registry, the build, the transformation base); it is idempotent.
@@ -90,6 +98,8 @@ def _missing():
 
 
 def install() -> None:
+    from dace.config import Config
+    Config.set("store_history", value=False)
     _state._getdebuginfo = caller_debuginfo
     _graph.OrderedDiGraph.has_cycles = has_cycles
     _graph.OrderedDiGraph.node_id = node_id
