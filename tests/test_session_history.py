@@ -191,3 +191,29 @@ def test_data_movement_is_analysed_once_per_sdfg(monkeypatch):
     assert ws.data_movement().moved_bytes == entry["bytes_after"] and len(calls) == 1
     ws.undo()
     assert ws.data_movement().moved_bytes == entry["bytes_before"] and len(calls) == 2
+
+
+def test_steps_beyond_the_live_ones_come_back_exactly_from_their_json(mlp):
+    """Undo and redo hand back the step's own SDFG object; a step whose object was
+    dropped (more than history.LIVE steps visited since) is read back from its JSON."""
+    from workbench import history
+    j0 = exact(mlp)
+    imported = mlp.sdfg
+    mlp.apply(first(mlp, "ExpandToMaps"))
+    after_one = mlp.sdfg
+    j1 = exact(mlp)
+    assert mlp.undo() and mlp.sdfg is imported and mlp.redo() and mlp.sdfg is after_one
+    applied, refused = 1, set()
+    while applied <= history.LIVE:
+        match = next(m for m in mlp.transformations(predict=False)
+                     if m.transformation != "ChooseImplementation" and m.where not in refused)
+        try:
+            mlp.apply(match)
+            applied += 1
+        except TransformationError:
+            refused.add(match.where)
+    assert mlp.timeline[0].sdfg is None and mlp.timeline[1].sdfg is None   # dropped
+    mlp.goto(0)
+    assert exact(mlp) == j0
+    mlp.goto(1)
+    assert exact(mlp) == j1 and mlp.timeline[1].sdfg is mlp.sdfg

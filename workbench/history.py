@@ -6,31 +6,77 @@ the methods here. It knows nothing of sessions, folders or builds.
 
 Rules:
 1. Step 0 is the import; each applied transformation adds one. A step keeps
-   the SDFG's JSON (deepcopy would renew memlet GUIDs; a JSON round trip is
-   exact), so going back restores the very same SDFG.
-2. A step's weights are replaced, never mutated: consecutive steps share
+   the SDFG it produced, exactly: the SDFG object itself while it is among
+   the last ``LIVE`` steps visited, and its JSON always once it is not (deepcopy
+   would renew memlet GUIDs; a JSON round trip is exact). Going back to a
+   step with its object costs nothing; to one without, one JSON read.
+2. A step's SDFG object is never changed after the step is recorded: every
+   step applies to a copy, and builds, analyses and predictions work on
+   copies. (Changing ``ws.sdfg`` in place is not a step and is not recorded.)
+   So its JSON can be written late, when the object is dropped or the
+   session folder asks for it, and still be exact.
+3. A step's weights are replaced, never mutated: consecutive steps share
    one dict until a step changes the weights.
-3. A step is found by identity, never by equality: two steps can hold the
+4. A step is found by identity, never by equality: two steps can hold the
    same entry and SDFG.
 """
-from dataclasses import dataclass
-
 from workbench.errors import BadInputError
 
+# SDFG objects kept (the steps visited last): undo, redo and a nearby goto cost nothing.
+# A full-size ViT-tiny SDFG is tens of MB; older steps keep their JSON only.
+LIVE = 8
 
-@dataclass(eq=False)
+
+def sdfg_to_json(sdfg) -> str:
+    from workbench.session_builds import to_json
+    return to_json(sdfg)
+
+
 class Step:
-    entry: dict       # what was applied (None for the import)
-    sdfg_json: str    # the SDFG after the step
-    weights: dict     # the weights after the step (replaced, never mutated)
-    saved: bool = False  # written to the session folder
-    signature: str = None  # this user's signature of sdfg_json (see workbench.provenance)
+    """One step: what was applied, the SDFG after it, the weights after it."""
+
+    def __init__(self, entry, sdfg_json: str = None, weights: dict = None, saved: bool = False,
+                 signature: str = None, sdfg=None, movement=None):
+        if sdfg_json is None and sdfg is None:
+            raise ValueError("a step needs its SDFG or its JSON")
+        self.entry = entry          # what was applied (None for the import)
+        self._json = sdfg_json
+        self.weights = weights      # the weights after the step (replaced, never mutated)
+        self.saved = saved          # written to the session folder
+        self.signature = signature  # this user's signature of sdfg_json (workbench.provenance)
+        self.sdfg = sdfg            # the SDFG object (rule 2), None once dropped
+        self.movement = movement    # its data movement, when known
+
+    @property
+    def sdfg_json(self) -> str:
+        """The SDFG after the step as canonical JSON (written on first use, rule 2)."""
+        if self._json is None:
+            self._json = sdfg_to_json(self.sdfg)
+        return self._json
+
+    def drop_object(self) -> None:
+        """Keep only the JSON (written now if it was not yet)."""
+        if self.sdfg is not None:
+            self.sdfg_json  # noqa: B018 (written before the object goes)
+            self.sdfg, self.movement = None, None
 
 
 class History:
     def __init__(self, imported: Step):
         self._steps = [imported]
         self._position = 0
+        self._live = []   # steps holding their SDFG object, least recently visited first
+        self.hold(imported)
+
+    def hold(self, step: Step) -> None:
+        """``step`` was just visited: keep its SDFG object, dropping the oldest beyond LIVE."""
+        if step.sdfg is None:
+            return
+        if step in self._live:
+            self._live.remove(step)
+        self._live.append(step)
+        while len(self._live) > LIVE:
+            self._live.pop(0).drop_object()
 
     @property
     def position(self) -> int:
@@ -76,18 +122,22 @@ class History:
         self.drop_after(self._position)
         self._steps.append(step)
         self._position = len(self._steps) - 1
+        self.hold(step)
 
     def drop_after(self, position: int) -> None:
         """Forget the steps after ``position`` (the current one must not be among them)."""
         if position < self._position:
             raise ValueError(f"step {self._position} is current; move before dropping it")
+        dropped = self._steps[position + 1:]
         del self._steps[position + 1:]
+        self._live = [s for s in self._live if all(s is not d for d in dropped)]
 
     def move(self, position: int) -> Step:
         """Make step ``position`` the current one and return it."""
         if not 0 <= position < len(self._steps):
             raise BadInputError(f"step {position} does not exist (0..{len(self._steps) - 1})")
         self._position = position
+        self.hold(self._steps[position])
         return self._steps[position]
 
     def restore(self, steps: list) -> None:

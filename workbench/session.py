@@ -11,7 +11,7 @@ from workbench import analysis
 from workbench.errors import CheckFailed, TransformationError
 from workbench.history import History, Step
 from workbench.progress import SILENT
-from workbench.session_builds import SessionBuilds, to_json
+from workbench.session_builds import SessionBuilds
 from workbench.session_files import SessionFiles
 from workbench.session_runs import SessionRuns, holding_lock
 
@@ -30,7 +30,7 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
         self.id = uuid.uuid4().hex[:8]
         self.build_slot = build_slot or self.id
         # every step taken and the current one (workbench.history)
-        self.timeline = History(Step(None, to_json(self.sdfg), self.model.weights))
+        self.timeline = History(Step(None, weights=self.model.weights, sdfg=self.sdfg))
         self._operator_names = {}
         self._movement = None   # (the SDFG, its data movement): see data_movement
         # FLOPs are the model's, whatever the schedule: counted once, at import.
@@ -139,7 +139,7 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
         self.model.weights = weights
         entry = {"transformation": match.transformation, "level": t.level, **match.to_json(),
                  "bytes_before": before, "bytes_after": after, "time": time.time()}
-        self.timeline.push(Step(entry, to_json(trial), self.model.weights))  # drops the redo tail
+        self.timeline.push(Step(entry, weights=self.model.weights, sdfg=trial, movement=moved))
         self._autosave()
         if verify:
             self._record_verification(self.timeline.current)
@@ -201,7 +201,12 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
     def goto(self, step: int) -> bool:
         """Restore the SDFG (and weights) exactly as they were after ``step``."""
         target = self.timeline.move(step)
-        self.sdfg = dace.SDFG.from_json(json.loads(target.sdfg_json))
+        if target.sdfg is None:   # dropped from the live steps (workbench.history, rule 1)
+            target.sdfg = dace.SDFG.from_json(json.loads(target.sdfg_json))
+            self.timeline.hold(target)
+        self.sdfg = target.sdfg
+        if target.movement is not None:
+            self._movement = (target.sdfg, target.movement)
         self.model.weights = target.weights
         self._autosave()
         return True

@@ -62,14 +62,14 @@ class StepCosts:
                  f"{self.rebuild_step}; {_phases(self.rebuild_phases)}")]
         lines = [f"{self.model}: interactive costs (seconds)"]
         for name, seconds, what in rows:
-            value = "-" if seconds is None else f"{seconds:8.2f}"
+            value = "-" if seconds is None else f"{seconds:8.3f}"
             lines.append(f"  {name:<36} {value:>8}  {what}".rstrip())
         return "\n".join(lines + [f"  note: {n}" for n in self.notes])
 
 
 def _rounded(value):
     if isinstance(value, float):
-        return round(value, 3)
+        return float(f"{value:.3g}")   # undo can take microseconds
     if isinstance(value, dict):
         return {k: _rounded(v) for k, v in value.items()}
     return value

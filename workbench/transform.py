@@ -240,9 +240,10 @@ def by_level() -> dict:
 def find_matches(t: Transformation, sdfg: dace.SDFG, weights: dict = None) -> List[Match]:
     """``t.find``, handing ``weights`` only to a transformation that needs them
     (without them it finds nothing: it cannot tell weights from inputs)."""
-    if not t.needs_weights:
-        return t.find(sdfg)
-    return [] if weights is None else t.find(sdfg, weights)
+    with nodeid.graph_unchanged():
+        if not t.needs_weights:
+            return t.find(sdfg)
+        return [] if weights is None else t.find(sdfg, weights)
 
 
 def register_check(check: Callable) -> None:
