@@ -217,3 +217,27 @@ def test_steps_beyond_the_live_ones_come_back_exactly_from_their_json(mlp):
     assert exact(mlp) == j0
     mlp.goto(1)
     assert exact(mlp) == j1 and mlp.timeline[1].sdfg is mlp.sdfg
+
+
+def test_matches_and_predictions_are_found_once_per_step(monkeypatch):
+    """A selection's list filters the step's list; a new step (and undo) lists afresh."""
+    from workbench import transform
+    ws = workbench.open("mlp")
+    finds = []
+    real = transform.find_matches
+    monkeypatch.setattr(transform, "find_matches",
+                        lambda t, *a, **kw: finds.append(t.name) or real(t, *a, **kw))
+    everything = ws.transformations(predict=False)
+    per_step = len(finds)
+    assert per_step == len(transform.all_transformations())
+    some = everything[0].nodes[:1]
+    chosen = ws.transformations(nodes=some, predict=False)
+    assert len(finds) == per_step and chosen and all(set(m.nodes) & set(some) for m in chosen)
+    assert chosen == [m for m in everything if set(m.nodes) & set(some)]
+    predicted = ws.transformations(nodes=some)
+    assert [ws.predict(m).delta_bytes for m in chosen] == [m.delta_bytes for m in predicted]
+    ws.apply(next(m for m in predicted if m.delta_bytes is not None))
+    ws.transformations(predict=False)
+    assert len(finds) == 2 * per_step
+    ws.undo()
+    assert ws.transformations(predict=False) == everything and len(finds) == 3 * per_step

@@ -158,15 +158,16 @@ def selection(sdfg, items) -> set:
     """Identities for a selection given as identities, ONNX node names or nodes."""
     from workbench.ops.node import OnnxOp
     by_onnx_name, where = {}, {}
-    for node, state in sdfg.all_nodes_recursive():
-        where[id(node)] = state
-        if isinstance(node, OnnxOp):
-            by_onnx_name[node.onnx_name] = identity(state.sdfg, state, node)
-    idents = set()
-    for item in items:
-        if isinstance(item, str):
-            idents.add(by_onnx_name.get(item, item))
-        else:
-            state = where[id(item)]
-            idents.add(identity(state.sdfg, state, item))
+    with graph_unchanged():
+        for node, state in sdfg.all_nodes_recursive():
+            where[id(node)] = state
+            if isinstance(node, OnnxOp):
+                by_onnx_name[node.onnx_name] = identity(state.sdfg, state, node)
+        idents = set()
+        for item in items:
+            if isinstance(item, str):
+                idents.add(by_onnx_name.get(item, item))
+            else:
+                state = where[id(item)]
+                idents.add(identity(state.sdfg, state, item))
     return idents

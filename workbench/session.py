@@ -33,6 +33,7 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
         self.timeline = History(Step(None, weights=self.model.weights, sdfg=self.sdfg))
         self._operator_names = {}
         self._movement = None   # (the SDFG, its data movement): see data_movement
+        self._found_in = None   # (the SDFG, the weights, {transformation: matches}): _found
         # FLOPs are the model's, whatever the schedule: counted once, at import.
         imported = analysis.onnx_nodes(imported.sdfg)
         self._imported_ops = {n.onnx_name: n.op_type for n, _ in imported}
@@ -95,13 +96,30 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
             if names is not None and t.name not in names:
                 continue
             try:
-                found = transform.find_matches(t, self.sdfg, self.model.weights)
+                found = self._found(t)
             except Exception:  # a broken plug-in must not hide the others
                 continue
             for m in found:
                 if wanted is None or wanted & set(m.nodes):
                     matches.append(self._predict(m) if predict else m)
         return matches
+
+    def _found(self, t) -> list:
+        """``t``'s matches in the current SDFG, found once per step: a step's SDFG and
+        weights are never changed in place (workbench.history, rule 2), so a selection's
+        list is the whole graph's, filtered."""
+        from workbench import transform
+        cache = self._this_step()
+        if t not in cache:
+            cache[t] = transform.find_matches(t, self.sdfg, self.model.weights)
+        return cache[t]
+
+    def _this_step(self) -> dict:
+        """What was found or predicted on the current SDFG and weights."""
+        if self._found_in is None or self._found_in[0] is not self.sdfg \
+                or self._found_in[1] is not self.model.weights:
+            self._found_in = (self.sdfg, self.model.weights, {})
+        return self._found_in[2]
 
     # Verify every step after it is applied, in the background: the result lands in
     # the step's history entry as "verified" (see workbench.step_checks). While a check
@@ -230,15 +248,20 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
         return self._predict(match)
 
     def _predict(self, match):
+        """Measured once per step and match (kept beside the step's matches, see _found)."""
         from dataclasses import replace
         from workbench import transform
         from workbench.analysis.movement import data_movement
-        try:
-            trial = transform.apply_to_copy(self.sdfg, match, self.model.weights)
-            after = data_movement(trial, self.operator_names(), scratch=True).moved_bytes
-        except Exception:
-            return match
-        return replace(match, delta_bytes=after - self.data_movement().moved_bytes)
+        known = self._this_step()
+        key = ("predicted", match.transformation, match.where, match.options, match.expr_index)
+        if key not in known:
+            try:
+                trial = transform.apply_to_copy(self.sdfg, match, self.model.weights)
+                after = data_movement(trial, self.operator_names(), scratch=True).moved_bytes
+                known[key] = after - self.data_movement().moved_bytes
+            except Exception:
+                known[key] = None
+        return match if known[key] is None else replace(match, delta_bytes=known[key])
 
     # -- describing ----------------------------------------------------------
     def class_table(self, runtime: dict = None) -> list:

@@ -7,8 +7,9 @@ take them, each timed once on the real session (wall clock, seconds):
 2. list: every match of the library on the whole graph, without predicted
    byte changes (the window fills those in later, row by row);
 3. list a selection: the matches touching 10 ONNX nodes from the middle of
-   the graph, with their predicted byte changes (what the window shows when
-   the user selects nodes);
+   the graph (what the window lists when the user selects nodes; a step's
+   matches are found once, so this filters the whole graph's list), then
+   their predicted byte changes (which the window fills in row by row);
 4. apply: the first match of that selection's list that applies (else of the
    whole list), then undo and redo;
 5. auto: the ``auto`` recipe from the import;
@@ -33,6 +34,7 @@ class StepCosts:
     matches: int = 0
     list_selection_s: float = None
     selection_matches: int = 0
+    predict_selection_s: float = None
     apply_s: float = None
     applied: str = ""
     undo_s: float = None
@@ -52,8 +54,10 @@ class StepCosts:
     def table(self) -> str:
         rows = [("open", self.open_s, f"{self.nodes} ONNX nodes"),
                 ("list (whole graph)", self.list_s, f"{self.matches} matches"),
-                (f"list ({SELECTION}-node selection, predicted)", self.list_selection_s,
+                (f"list ({SELECTION}-node selection)", self.list_selection_s,
                  f"{self.selection_matches} matches"),
+                ("predict the selection's matches", self.predict_selection_s,
+                 "bytes moved after each, measured"),
                 ("one apply", self.apply_s, self.applied),
                 ("undo", self.undo_s, ""), ("redo", self.redo_s, ""),
                 ("auto", self.auto_s, f"{self.auto_steps} steps"),
@@ -114,8 +118,10 @@ def measure(open_session, recipe: str = "auto") -> StepCosts:
     everything, costs.list_s = _timed(lambda: ws.transformations(predict=False))
     costs.matches = len(everything)
     selection = middle_selection(ws)
-    chosen, costs.list_selection_s = _timed(lambda: ws.transformations(nodes=selection))
+    chosen, costs.list_selection_s = _timed(
+        lambda: ws.transformations(nodes=selection, predict=False))
     costs.selection_matches = len(chosen)
+    chosen, costs.predict_selection_s = _timed(lambda: [ws.predict(m) for m in chosen])
     t = time.perf_counter()
     costs.applied = _apply_first(ws, chosen) or _apply_first(ws, everything)
     if costs.applied:
