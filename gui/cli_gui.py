@@ -3,15 +3,13 @@ import sys
 
 
 def register(sub):
-    import workbench
     p = sub.add_parser("gui", help="open the desktop workbench (needs a display)")
     p.add_argument("model", nargs="?", default=None,
                    help="an .onnx file or a bundled model name (default: bert-layer)")
-    if hasattr(workbench, "open_session"):
-        p.add_argument("--session", metavar="FOLDER",
-                       help="reopen a session folder (written by File > Save Session As or "
-                            "Session.save); one this workbench did not write is loaded only "
-                            "after you accept it in a dialog")
+    p.add_argument("--session", metavar="FOLDER",
+                   help="reopen a session folder (written by File > Save Session As or "
+                        "Session.save); one this workbench did not write is loaded only "
+                        "after you accept it in a dialog")
     p.set_defaults(run=run)
 
 
@@ -19,7 +17,7 @@ def run(args, progress) -> int:
     import workbench
     from gui.qtapp import ensure_app, has_display
     from sdfg_models import DEFAULT_MODEL
-    session = getattr(args, "session", None)
+    session = args.session
     if session and args.model:
         raise workbench.BadInputError("give either a MODEL or --session FOLDER, not both.")
     model = args.model or DEFAULT_MODEL

@@ -203,7 +203,7 @@ class GraphPanel(QWidget):
         if self.bytes_overlay.isChecked() and top:
             notes.append(f"edge width/colour: bytes moved (largest {human_bytes(top)})")
         prof = self.ctl.last_profile
-        times = dict(getattr(prof, "per_operator", {}) or {}) if prof else {}
+        times = dict(prof.per_operator) if prof else {}
         hottest = max(times.values(), default=0)
         for item in self.node_items.values():
             ms = times.get(item.gnode.operator) if item.gnode.operator else None

@@ -97,15 +97,16 @@ class HistoryPanel(QWidget):
         if ws is None:
             return
         steps = ws.steps
-        times = runtime_by_step(getattr(ws, "profiles", ()))
+        times = runtime_by_step(ws.profiles)
         movement = self.ctl.analysis[0] if self.ctl.analysis else None
-        first = steps[0].get("bytes_before") if steps else getattr(movement, "moved_bytes", None)
+        first = steps[0].get("bytes_before") if steps else (movement.moved_bytes if movement
+                                                             else None)
         rows = [("import", first, None)]
         for e in steps:
             after, before = e.get("bytes_after"), e.get("bytes_before")
             delta = after - before if after is not None and before is not None else None
             rows.append((f"{e['transformation']}: {e.get('description', '')}", after, delta))
-        compulsory = getattr(movement, "compulsory_bytes", None)
+        compulsory = movement.compulsory_bytes if movement else None
         for i, (text, moved, delta) in enumerate(rows):
             prof = times.get(i)
             moved_text = human_bytes(moved) + (f" ({'+' if delta > 0 else ''}{human_bytes(delta)})"
@@ -134,7 +135,7 @@ class HistoryPanel(QWidget):
         self.redo_button.setEnabled(ws.position < len(steps))
         self.undo_failed_button.setEnabled(self.first_failed() is not None)
         self.recipe_button.setEnabled(bool(ws.history))
-        self.script_button.setEnabled(bool(ws.history) and hasattr(ws, "save_script"))
+        self.script_button.setEnabled(bool(ws.history))
 
     def first_failed(self):
         """The position of the first applied step that failed its check, or None."""

@@ -97,9 +97,7 @@ class MainWindow(QMainWindow):
         import sdfg_models
         for name in sdfg_models.names():
             self._action(models, name, lambda _=False, n=name: self.open_model(n))
-        import workbench
-        if hasattr(workbench, "open_session"):
-            self._action(menu, "Open &Session Folder…", self.ask_open_session)
+        self._action(menu, "Open &Session Folder…", self.ask_open_session)
         menu.addSeparator()
         self._action(menu, "Save Session &As…", self.ask_save_session)
         self._action(menu, "Save Re&cipe…", self.history.ask_save_recipe)

@@ -130,19 +130,12 @@ class ProfilePanel(QWidget):
         prof = self.ctl.last_profile
         ax = self.ax_ops
         ax.clear()
-        ops = sorted((getattr(prof, "per_operator", None) or {}).items(), key=lambda kv: -kv[1])
+        ops = sorted((prof.per_operator if prof else {}).items(), key=lambda kv: -kv[1])
         ops = ops[:TOP_OPERATORS][::-1]
-        reference = getattr(prof, "reference_per_operator", None) or {}
         if ops:
             names = [_short(n) for n, _ in ops]
             ys = range(len(ops))
-            h = 0.4 if reference else 0.7
-            ax.barh([y + (h / 2 if reference else 0) for y in ys], [ms for _, ms in ops], h,
-                    color="#3b7dd8", label="workbench")
-            if reference:
-                ax.barh([y - h / 2 for y in ys], [reference.get(n, 0) for n, _ in ops], h,
-                        color="#f39c12", label="onnxruntime")
-                ax.legend(loc="lower right", fontsize=7)
+            ax.barh(list(ys), [ms for _, ms in ops], 0.7, color="#3b7dd8", label="workbench")
             ax.set_yticks(list(ys))
             ax.set_yticklabels(names, fontsize=6.5)
             ax.set_xlabel("median ms per operator")
@@ -157,7 +150,7 @@ class ProfilePanel(QWidget):
         ax = self.ax_steps
         ax.clear()
         ws = self.ctl.ws
-        by_step = runtime_by_step(getattr(ws, "profiles", ()) if ws is not None else ())
+        by_step = runtime_by_step(ws.profiles if ws is not None else ())
         if by_step:
             steps = sorted(by_step)
             ax.plot(steps, [by_step[s].total_ms for s in steps], "o-", color="#3b7dd8",
@@ -192,9 +185,8 @@ class ProfilePanel(QWidget):
 def _quartiles(prof):
     """25th and 75th percentile of a profile's samples (min and max without samples)."""
     import numpy as np
-    samples = getattr(prof, "samples_ms", None)
-    if samples:
-        return float(np.percentile(samples, 25)), float(np.percentile(samples, 75))
+    if prof.samples_ms:
+        return float(np.percentile(prof.samples_ms, 25)), float(np.percentile(prof.samples_ms, 75))
     return prof.min_ms, prof.max_ms
 
 
