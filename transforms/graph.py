@@ -36,8 +36,7 @@ def consumers(state, access):
 
 def readers_elsewhere(sdfg, state, data: str) -> int:
     """How many access nodes of ``data`` other states hold (to keep cross-state reads)."""
-    return sum(1 for s in sdfg.states() if s is not state
-               for n in s.nodes() if isinstance(n, nodes.AccessNode) and n.data == data)
+    return sum(len(_accesses_by_name(s).get(data, ())) for s in sdfg.states() if s is not state)
 
 
 def single_consumer(sdfg, state, access) -> bool:
@@ -50,14 +49,30 @@ outside_maps = runs_once_per_call  # one definition, in the build (storage.py)
 
 def access_nodes(sdfg, data: str) -> list:
     """(state, access node) for every access node of ``data`` in ``sdfg``'s states."""
-    return [(s, n) for s in sdfg.states() for n in s.data_nodes() if n.data == data]
+    return [(s, n) for s in sdfg.states() for n in _accesses_by_name(s).get(data, ())]
+
+
+def _accesses_by_name(state) -> dict:
+    """Array name -> the state's access nodes of it, in node order (one pass per state
+    while finding matches, instead of one per question)."""
+    def index():
+        out = {}
+        for n in state.data_nodes():
+            out.setdefault(n.data, []).append(n)
+        return out
+    return nodeid.per_state(state, "accesses", index)
 
 
 def dataflow_steps(state):
     """(graph, step): the state's dataflow with each top-level map (and all it
     holds) collapsed into its entry node; ``step(node)`` is the top-level node
     standing for ``node``. Order questions (does A finish before B starts?)
-    are ancestor queries on this graph."""
+    are ancestor queries on this graph (built once per state while finding matches:
+    callers only read it)."""
+    return nodeid.per_state(state, "dataflow_steps", lambda: _dataflow_steps(state))
+
+
+def _dataflow_steps(state):
     import networkx as nx
     scopes = state.scope_dict()
 

@@ -63,6 +63,18 @@ def graph_unchanged():
         _INDEX.reset(token)
 
 
+def per_state(state, what: str, compute):
+    """``compute()``, kept for ``state`` inside ``graph_unchanged`` (a derived view of
+    the state that its finds would otherwise build once per candidate)."""
+    index = _INDEX.get()
+    if index is None:
+        return compute()
+    held = index.get((id(state), what))
+    if held is None or held[0] is not state:
+        held = index[id(state), what] = (state, compute())
+    return held[1]
+
+
 def identity(sdfg, state, node) -> str:
     if isinstance(node, dace.SDFGState) or state is None:
         return f"{_prefix(sdfg)}state:{node.label}"

@@ -10,7 +10,7 @@ import dace
 from dace import subsets
 from dace.sdfg import nodes
 
-from transforms.graph import readers_elsewhere
+from transforms.graph import access_nodes, readers_elsewhere
 from workbench.ops.node import OnnxOp
 
 
@@ -38,7 +38,7 @@ def owned_here(sdfg, state, access) -> bool:
     desc = sdfg.arrays[access.data]
     return (desc.transient and not isinstance(desc, dace.data.View)
             and readers_elsewhere(sdfg, state, access.data) == 0
-            and sum(1 for n in state.data_nodes() if n.data == access.data) == 1)
+            and len(access_nodes(sdfg, access.data)) == 1)
 
 
 def producer(state, access):
