@@ -112,6 +112,28 @@ def test_node_positions_answer_as_dace_does():
     assert checked > 100
 
 
+def test_node_positions_and_degrees_follow_every_added_and_removed_node():
+    import random
+    from dace.sdfg import nodes
+    dace_speed.install()
+    sdfg, state = _sdfg()
+    rng = random.Random(0)
+    for step in range(400):
+        present = state.nodes()
+        if present and rng.random() < 0.4:
+            state.remove_node(rng.choice(present))
+        elif present and rng.random() < 0.2:
+            a, b = rng.choice(present), rng.choice(present)   # parallel edges, self-loops
+            state.add_nedge(a, b, dace.Memlet())
+        else:
+            state.add_node(nodes.AccessNode(rng.choice("AB")))
+        keys = list(state._nodes.keys())
+        for i, n in enumerate(keys):
+            assert state.node_id(n) == i and state.node(i) is n, step
+            assert state.in_degree(n) == state._nx.in_degree(n), step
+            assert state.out_degree(n) == state._nx.out_degree(n), step
+
+
 def test_an_expansion_step_does_not_keep_a_copy_of_the_whole_sdfg():
     """DaCe's own transformation history would store the whole SDFG in ``orig_sdfg`` at
     the first expansion; every later copy, JSON and build would carry it."""
