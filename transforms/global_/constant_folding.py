@@ -59,7 +59,6 @@ def _attribute(name, value, schema):
 
 def evaluate(node, inputs: list) -> list:
     """Outputs (ONNX order, None where absent) of ``node`` on ``inputs`` (None = absent)."""
-    from onnx.reference import ReferenceEvaluator
     try:
         schema = onnx.defs.get_schema(node.op_type, node.opset)
     except Exception:
@@ -70,9 +69,7 @@ def evaluate(node, inputs: list) -> list:
     proto.attribute.extend(_attribute(k, v, schema) for k, v in node.attrs.items())
     feeds = {n: v for n, v in zip(in_names, inputs) if n}
     try:
-        values = evaluate_node(
-            node.op_type, node.attrs, inputs,
-            lambda: ReferenceEvaluator(proto, opsets={"": node.opset}).run(None, feeds))
+        values = evaluate_node(proto, feeds, {"": node.opset})
     except Exception as e:
         raise TransformationError(f"onnx.reference cannot evaluate {node.onnx_name}: "
                                   f"{type(e).__name__}: {e}") from e
