@@ -53,6 +53,19 @@ def access_nodes(sdfg, data: str) -> list:
     return [(s, n) for s in sdfg.states() for n in s.data_nodes() if n.data == data]
 
 
+def rename_arrays(sdfg, state, renames: dict) -> None:
+    """The one way to rename arrays: every access node and memlet of ``state`` naming a
+    key of ``renames`` names its value instead, and the old arrays go. The caller makes
+    sure no other state names them."""
+    for access in state.data_nodes():
+        access.data = renames.get(access.data, access.data)
+    for edge in state.edges():  # memlets inside maps (expanded readers) name the array too
+        if edge.data.data in renames:
+            edge.data.data = renames[edge.data.data]
+    for name in renames:
+        sdfg.remove_data(name, validate=False)
+
+
 def dataflow_steps(state):
     """(graph, step): the state's dataflow with each top-level map (and all it
     holds) collapsed into its entry node; ``step(node)`` is the top-level node

@@ -21,7 +21,7 @@ import networkx as nx
 from dace import data as dt
 
 from transforms.global_.lifetimes import other_uses
-from transforms.graph import access_nodes, dataflow_steps, ident, onnx_ops
+from transforms.graph import access_nodes, dataflow_steps, ident, onnx_ops, rename_arrays
 from workbench import nodeid
 from workbench.errors import TransformationError
 from workbench.ops.elementwise import BINARY, UNARY, VARIADIC
@@ -89,11 +89,4 @@ class InPlaceElementwise(Transformation):
         x = overwritable_input(sdfg, state, node)
         if x is None:
             raise TransformationError(f"{node.onnx_name} can no longer work in place")
-        y = state.out_edges(node)[0].dst.data
-        for access in state.data_nodes():
-            if access.data == y:
-                access.data = x.data
-        for edge in state.edges():  # readers expanded into maps name it inside too
-            if edge.data.data == y:
-                edge.data.data = x.data
-        sdfg.remove_data(y, validate=False)
+        rename_arrays(sdfg, state, {state.out_edges(node)[0].dst.data: x.data})
