@@ -66,6 +66,14 @@ def rename_arrays(sdfg, state, renames: dict) -> None:
         sdfg.remove_data(name, validate=False)
 
 
+def record_for_readers(state, access, value) -> None:
+    """The operators reading ``access`` record ``value`` as that input's constant (if
+    small: ``OnnxOp.record_const``), as the importer records small weights."""
+    for e in state.out_edges(access):
+        if isinstance(e.dst, OnnxOp) and e.dst_conn in e.dst.onnx_inputs:
+            e.dst.record_const(e.dst.onnx_inputs.index(e.dst_conn), value)
+
+
 def dataflow_steps(state):
     """(graph, step): the state's dataflow with each top-level map (and all it
     holds) collapsed into its entry node; ``step(node)`` is the top-level node

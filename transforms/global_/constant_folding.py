@@ -14,18 +14,15 @@ Rules:
 4. The operator goes; weights it read that nothing reads any more go too.
 Nothing reads or writes the folded operator's data at run time any more.
 """
-import json
-
 import dace
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from transforms.graph import access_nodes, ident, onnx_ops
+from transforms.graph import access_nodes, ident, onnx_ops, record_for_readers
 from workbench import nodeid
 from workbench.errors import TransformationError
 from workbench.importer.fold import NON_DETERMINISTIC, evaluate_node
-from workbench.importer.to_sdfg import MAX_RECORDED_CONST
 from workbench.transform import Transformation, register
 
 MAX_ELEMENTS = 1 << 26
@@ -77,16 +74,6 @@ def evaluate(node, inputs: list) -> list:
     return [np.asarray(next(values)) if n else None for n in out_names]
 
 
-def _record_const(node, position: int, value) -> None:
-    """Let a reader see a small folded input as a constant (like the importer)."""
-    if value.size > MAX_RECORDED_CONST or value.dtype.kind not in "biuf":
-        return
-    consts = json.loads(node.consts_json)
-    consts[str(position)] = {"dtype": value.dtype.str, "shape": list(value.shape),
-                             "values": value.ravel().tolist()}
-    node.consts_json = json.dumps(consts, sort_keys=True)
-
-
 @register
 class ConstantFolding(Transformation):
     level = "global"
@@ -129,9 +116,7 @@ class ConstantFolding(Transformation):
             # C order: onnx.reference returns views (a Transpose is Fortran-ordered)
             weights[access.data] = np.ascontiguousarray(
                 value.astype(desc.dtype.as_numpy_dtype()).reshape(desc.shape))
-            for e in state.out_edges(access):
-                if hasattr(e.dst, "onnx_inputs") and e.dst_conn in e.dst.onnx_inputs:
-                    _record_const(e.dst, e.dst.onnx_inputs.index(e.dst_conn), value)
+            record_for_readers(state, access, value)
         for access in set(ins.values()):
             if state.degree(access) == 0:
                 state.remove_node(access)

@@ -15,8 +15,6 @@ Rules:
    than the copy it saves.
 4. A Gemm's A or B fed by a Transpose flips transA / transB instead.
 """
-import json
-
 from transforms.graph import ident, onnx_ops
 from transforms.layout.strided import (blas_friendly, implementation_for, node_views,
                                        set_views, strided_node, through)
@@ -124,7 +122,7 @@ class FoldTransposeIntoMatMul(Transformation):
             flag = "transA" if operand == "A" else "transB"
             attrs = node.attrs
             attrs[flag] = 0 if attrs.get(flag, 0) else 1
-            node.attrs_json = json.dumps(attrs, sort_keys=True)
+            node.set_attrs(attrs)
         else:
             set_views(node, views)
         if operand == "Y":

@@ -14,16 +14,13 @@ serves models imported without it (the ONNX backend) and weights left
 behind by other transformations. ConstantFolding (global level) is the
 general case for any operator; this one needs no ONNX evaluator.
 """
-import json
-
 import dace
 import numpy as np
 
-from transforms.graph import access_nodes, ident, onnx_ops
+from transforms.graph import access_nodes, ident, onnx_ops, record_for_readers
 from transforms.layout.views import data_input, data_output, owned_here
 from workbench import nodeid
 from workbench.errors import TransformationError
-from workbench.importer.to_sdfg import MAX_RECORDED_CONST
 from workbench.transform import Transformation, register
 
 LAYOUT_OPS = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
@@ -48,17 +45,6 @@ def packed_value(node, value, out_shape):
         perm = node.attrs.get("perm") or list(range(value.ndim))[::-1]
         value = np.transpose(value, perm)
     return np.ascontiguousarray(value).reshape(out_shape)
-
-
-def _record_const(reader, conn: str, value) -> None:
-    """Let a reader see a small weight as a constant (as the importer records them)."""
-    if conn not in reader.onnx_inputs or value.size > MAX_RECORDED_CONST \
-            or value.dtype.kind not in "biuf":
-        return
-    consts = json.loads(reader.consts_json)
-    consts[str(reader.onnx_inputs.index(conn))] = {
-        "dtype": value.dtype.str, "shape": list(value.shape), "values": value.ravel().tolist()}
-    reader.consts_json = json.dumps(consts, sort_keys=True)
 
 
 @register
@@ -86,9 +72,7 @@ class WeightPrepack(Transformation):
         state.remove_node(node)
         desc.transient = False  # now a weight, bound at call time
         desc.lifetime = dace.AllocationLifetime.Scope
-        for e in state.out_edges(dst):
-            if hasattr(e.dst, "onnx_inputs"):
-                _record_const(e.dst, e.dst_conn, weights[dst.data])
+        record_for_readers(state, dst, weights[dst.data])
         for access in inputs:
             if state.degree(access) == 0:
                 state.remove_node(access)
