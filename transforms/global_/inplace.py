@@ -24,10 +24,8 @@ from transforms.global_.lifetimes import other_uses
 from transforms.graph import access_nodes, dataflow_steps, ident, onnx_ops, rename_arrays
 from workbench import nodeid
 from workbench.errors import TransformationError
-from workbench.ops.elementwise import BINARY, UNARY, VARIADIC
+from workbench.ops.elementwise import ELEMENTWISE
 from workbench.transform import Transformation, register
-
-ELEMENTWISE = set(UNARY) | set(BINARY) | set(VARIADIC) | {"Mean", "Gelu", "Mod", "Clip"}
 
 
 def _only_here(sdfg, state, data) -> bool:

@@ -15,11 +15,11 @@ import dace
 from dace import subsets
 
 from transforms.graph import ident, onnx_ops
-from transforms.layout.fold_consumer import ELEMENTWISE
 from transforms.layout.views import (data_output, drop_node, make_view, owned_here,
                                      plain_array, producer, row_major)
 from workbench import nodeid
 from workbench.errors import TransformationError
+from workbench.ops.elementwise import ELEMENTWISE
 from workbench.transform import Transformation, register
 
 

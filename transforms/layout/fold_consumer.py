@@ -16,11 +16,9 @@ from transforms.layout.views import (data_input, data_output, drop_node, make_vi
                                      plain_array, row_major)
 from workbench import nodeid
 from workbench.errors import TransformationError
-from workbench.ops.elementwise import BINARY, UNARY, VARIADIC
+from workbench.ops.elementwise import ELEMENTWISE
 from workbench.ops.node import OnnxOp
 from workbench.transform import Transformation, register
-
-ELEMENTWISE = set(UNARY) | set(BINARY) | set(VARIADIC) | {"Mean", "Gelu", "Mod", "Clip"}
 
 
 def foldable(sdfg, state, node) -> bool:
