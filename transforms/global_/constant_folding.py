@@ -19,11 +19,11 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from transforms.graph import access_nodes, ident, onnx_ops, record_for_readers
-from workbench import nodeid
+from transforms.graph import access_nodes, record_for_readers
+from transforms.operator_transformation import OperatorTransformation
 from workbench.errors import TransformationError
 from workbench.importer.fold import NON_DETERMINISTIC, evaluate_node
-from workbench.transform import Transformation, register
+from workbench.transform import register
 
 MAX_ELEMENTS = 1 << 26
 
@@ -75,22 +75,21 @@ def evaluate(node, inputs: list) -> list:
 
 
 @register
-class ConstantFolding(Transformation):
+class ConstantFolding(OperatorTransformation):
     level = "global"
     name = "ConstantFolding"
     description = "Compute an operator whose inputs are all weights once, as a new weight"
     needs_weights = True
+    refusal = "{node.onnx_name} can no longer be folded"
 
-    def find(self, sdfg, weights=None):
-        weights = weights or {}  # without them nothing is known to be constant
-        return [self.match({"node": ident(sdfg, state, node)}, f"fold {node.onnx_name}")
-                for state, node in onnx_ops(sdfg) if _foldable(sdfg, state, node, weights)]
+    def plan(self, sdfg, state, node, weights=None):
+        # without weights nothing is known to be constant
+        return _foldable(sdfg, state, node, weights or {})
 
-    def apply(self, sdfg, match, weights=None):
-        _, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
-        node = roles["node"]
-        if not _foldable(sdfg, state, node, weights):
-            raise TransformationError(f"{node.onnx_name} can no longer be folded")
+    def describe(self, node, plan):
+        return f"fold {node.onnx_name}"
+
+    def rewrite(self, sdfg, state, node, plan, weights=None):
         ins = {e.dst_conn: e.src for e in state.in_edges(node)}
         consts = node.consts  # their shapes are ONNX's (a stored 0-d tensor has shape (1,))
         values = [None if not conn else weights[ins[conn].data] for conn in node.onnx_inputs]

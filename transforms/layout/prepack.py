@@ -17,11 +17,10 @@ general case for any operator; this one needs no ONNX evaluator.
 import dace
 import numpy as np
 
-from transforms.graph import access_nodes, ident, onnx_ops, record_for_readers
+from transforms.graph import access_nodes, record_for_readers
 from transforms.layout.views import data_input, data_output, owned_here
-from workbench import nodeid
-from workbench.errors import TransformationError
-from workbench.transform import Transformation, register
+from transforms.operator_transformation import OperatorTransformation
+from workbench.transform import register
 
 LAYOUT_OPS = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
 
@@ -48,23 +47,22 @@ def packed_value(node, value, out_shape):
 
 
 @register
-class WeightPrepack(Transformation):
+class WeightPrepack(OperatorTransformation):
     level = "layout"
     name = "WeightPrepack"
     description = "Do a Transpose/Reshape of a weight once at load time (the weight is stored re-laid)"
     needs_weights = True
+    op_types = LAYOUT_OPS
+    refusal = "{node.onnx_name} no longer reads a weight"
 
-    def find(self, sdfg, weights=None):
-        return [self.match({"node": ident(sdfg, state, node)},
-                           f"prepack {data_input(state, node).data} through {node.onnx_name}")
-                for state, node in onnx_ops(sdfg, LAYOUT_OPS)
-                if packable(sdfg, state, node, weights)]
+    def plan(self, sdfg, state, node, weights=None):
+        """The weight's access node."""
+        return data_input(state, node) if packable(sdfg, state, node, weights) else None
 
-    def apply(self, sdfg, match, weights=None):
-        _, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
-        node = roles["node"]
-        if not packable(sdfg, state, node, weights):
-            raise TransformationError(f"{node.onnx_name} no longer reads a weight")
+    def describe(self, node, src):
+        return f"prepack {src.data} through {node.onnx_name}"
+
+    def rewrite(self, sdfg, state, node, plan, weights=None):
         src, dst = data_input(state, node), data_output(state, node)
         inputs = [e.src for e in state.in_edges(node)]
         desc = sdfg.arrays[dst.data]

@@ -1,0 +1,68 @@
+"""The base of one-operator transformations (transforms/operator_transformation.py):
+its loop looks only at the op types asked for, and apply refuses a match whose
+operator no longer plans, or whose ``node`` is no operator of those types."""
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import workbench
+from transforms.operator_transformation import OperatorTransformation
+from workbench.errors import TransformationError
+from workbench.transform import Match
+
+
+class _Relus(OperatorTransformation):
+    """Plans for every Relu not yet asked to stop; rewriting records the node."""
+    level = "local"
+    name = "TestRelus"
+    op_types = {"Relu"}
+    refusal = "{node.onnx_name} refused ({match.description})"
+
+    def __init__(self):
+        self.stopped, self.rewritten = set(), []
+
+    def plan(self, sdfg, state, node, weights=None):
+        return None if node.onnx_name in self.stopped else node.onnx_name.upper()
+
+    def describe(self, node, plan):
+        return f"touch {plan}"
+
+    def rewrite(self, sdfg, state, node, plan, weights=None):
+        self.rewritten.append((node.onnx_name, plan))
+
+
+def _model():
+    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r1"),
+             helper.make_node("MatMul", ["a", "w"], ["b"], name="mm"),
+             helper.make_node("Relu", ["b"], ["y"], name="r2")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])],
+                              initializer=[w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_loop_matches_planned_operators_of_its_types_and_rewrites_by_fresh_plan():
+    sdfg = workbench.open(_model()).sdfg
+    t = _Relus()
+    found = t.find(sdfg)
+    assert sorted(m.description for m in found) == ["touch R1", "touch R2"]
+    assert all(m.transformation == "TestRelus" and [r for r, _ in m.where] == ["node"]
+               for m in found)
+    r1 = next(m for m in found if m.description == "touch R1")
+    t.apply(sdfg, r1)
+    assert t.rewritten == [("r1", "R1")]
+    t.stopped.add("r1")
+    assert [m.description for m in t.find(sdfg)] == ["touch R2"]
+    with pytest.raises(TransformationError, match=r"r1 refused \(touch R1\)"):
+        t.apply(sdfg, r1)
+    assert t.rewritten == [("r1", "R1")]
+
+
+def test_apply_refuses_an_operator_of_another_type():
+    sdfg = workbench.open(_model()).sdfg
+    t = _Relus()
+    matmul = Match("TestRelus", (("node", "main:op:mm#0"),), "touch MM")
+    with pytest.raises(TransformationError, match="mm refused"):
+        t.apply(sdfg, matmul)
+    assert t.rewritten == []
