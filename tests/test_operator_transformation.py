@@ -59,10 +59,41 @@ def test_loop_matches_planned_operators_of_its_types_and_rewrites_by_fresh_plan(
     assert t.rewritten == [("r1", "R1")]
 
 
-def test_apply_refuses_an_operator_of_another_type():
+def test_apply_refuses_an_operator_of_another_type_or_no_operator():
     sdfg = workbench.open(_model()).sdfg
     t = _Relus()
     matmul = Match("TestRelus", (("node", "main:op:mm#0"),), "touch MM")
-    with pytest.raises(TransformationError, match="mm refused"):
+    with pytest.raises(TransformationError, match="touch MM: its node is no operator TestRelus"):
         t.apply(sdfg, matmul)
+    array = Match("TestRelus", (("node", "main:data:a#0"),), "touch a")
+    with pytest.raises(TransformationError, match="touch a: its node is no operator"):
+        t.apply(sdfg, array)
     assert t.rewritten == []
+
+
+class _Pairs(_Relus):
+    """Matches a Relu with the MatMul that reads it, as a partner."""
+    name = "TestPairs"
+    refusal = "{match.description} is gone"
+
+    def plan(self, sdfg, state, node, weights=None):
+        readers = [e.dst for e in state.out_edges(state.out_edges(node)[0].dst)]
+        return next((r for r in readers if getattr(r, "op_type", "") == "MatMul"), None)
+
+    def partners(self, plan):
+        return {"reader": plan}
+
+    def describe(self, node, plan):
+        return f"{node.onnx_name} with {plan.onnx_name}"
+
+
+def test_partners_are_named_in_the_match_and_must_be_the_same_when_applied():
+    sdfg = workbench.open(_model()).sdfg
+    t = _Pairs()
+    (found,) = t.find(sdfg)
+    assert found.where == (("node", "main:op:r1#0"), ("reader", "main:op:mm#0"))
+    t.apply(sdfg, found)
+    assert [(name, plan.onnx_name) for name, plan in t.rewritten] == [("r1", "mm")]
+    other = Match("TestPairs", (("node", "main:op:r1#0"), ("reader", "main:op:r2#0")), "r1 with r2")
+    with pytest.raises(TransformationError, match="r1 with r2 is gone"):
+        t.apply(sdfg, other)

@@ -1,9 +1,10 @@
 """``OperatorTransformation``: the base of transformations that rewrite one ONNX operator.
 
 The base owns the loop and the prologue every such transformation repeated: find
-walks the operators of ``op_types`` and makes one match (role ``node``) per operator
-the subclass plans for; apply resolves the match, plans again on the graph as it is
-now and refuses with ``refusal`` when the plan is gone. A subclass only decides
+walks the operators of ``op_types`` and makes one match per operator the subclass
+plans for (the operator under ``role``, after it the nodes ``partners`` names);
+apply resolves the match, plans again on the graph as it is now and refuses with
+``refusal`` when the plan is gone or names other partners. A subclass only decides
 (``plan``), names (``describe``) and rewrites (``rewrite``), as onnxruntime's
 fusion passes do on top of their ``FusionBase``.
 """
@@ -16,6 +17,7 @@ from workbench.transform import Transformation
 
 class OperatorTransformation(Transformation):
     op_types = None   # the op types it looks at (a set), None for every operator
+    role = "node"     # the operator's role in a match
     # the error when a match no longer applies; formatted with ``node`` and ``match``
     refusal = "{match.description}: no longer applies"
 
@@ -28,6 +30,10 @@ class OperatorTransformation(Transformation):
         """The match's description, for people."""
         raise NotImplementedError
 
+    def partners(self, plan) -> dict:
+        """Other nodes the match names, by role (e.g. the operator fused into it)."""
+        return {}
+
     def rewrite(self, sdfg, state, node, plan, weights=None) -> None:
         """Rewrite ``node`` by ``plan`` (fresh from ``plan`` on this very graph)."""
         raise NotImplementedError
@@ -37,16 +43,23 @@ class OperatorTransformation(Transformation):
         for state, node in onnx_ops(sdfg, self.op_types):
             plan = self.plan(sdfg, state, node, weights)
             if plan is not None and plan is not False:
-                matches.append(self.match({"node": ident(sdfg, state, node)},
-                                          self.describe(node, plan)))
+                where = {self.role: ident(sdfg, state, node)}
+                where.update((role, ident(sdfg, state, other))
+                             for role, other in self.partners(plan).items())
+                matches.append(self.match(where, self.describe(node, plan)))
         return matches
 
     def apply(self, sdfg, match, weights=None):
         owner, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
-        node = roles["node"]
-        plan = None
-        if isinstance(node, OnnxOp) and (self.op_types is None or node.op_type in self.op_types):
-            plan = self.plan(owner, state, node, weights)
+        node = roles.get(self.role)
+        if not isinstance(node, OnnxOp) or (self.op_types is not None
+                                            and node.op_type not in self.op_types):
+            raise TransformationError(f"{match.description}: its {self.role} is no operator "
+                                      f"{self.name} rewrites")
+        plan = self.plan(owner, state, node, weights)
+        if plan is not None and plan is not False and any(
+                roles.get(role) is not other for role, other in self.partners(plan).items()):
+            plan = None  # the operator plans with other nodes now
         if plan is None or plan is False:
             raise TransformationError(self.refusal.format(node=node, match=match))
         self.rewrite(owner, state, node, plan, weights)
