@@ -80,8 +80,8 @@ class _Pairs(_Relus):
         readers = [e.dst for e in state.out_edges(state.out_edges(node)[0].dst)]
         return next((r for r in readers if getattr(r, "op_type", "") == "MatMul"), None)
 
-    def partners(self, plan):
-        return {"reader": plan}
+    def roles(self, node, plan):
+        return {"node": node, "reader": plan}
 
     def describe(self, node, plan):
         return f"{node.onnx_name} with {plan.onnx_name}"

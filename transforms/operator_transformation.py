@@ -2,11 +2,11 @@
 
 The base owns the loop and the prologue every such transformation repeated: find
 walks the operators of ``op_types`` and makes one match per operator the subclass
-plans for (the operator under ``role``, after it the nodes ``partners`` names);
-apply resolves the match, plans again on the graph as it is now and refuses with
-``refusal`` when the plan is gone or names other partners. A subclass only decides
-(``plan``), names (``describe``) and rewrites (``rewrite``), as onnxruntime's
-fusion passes do on top of their ``FusionBase``.
+plans for (naming the nodes ``roles`` gives: the operator, under ``role``, and any
+partner its plan found); apply resolves the match, plans again on the graph as it
+is now and refuses with ``refusal`` when the plan is gone or names other nodes. A
+subclass only decides (``plan``), names (``describe``) and rewrites (``rewrite``),
+as onnxruntime's fusion passes do on top of their ``FusionBase``.
 """
 from transforms.graph import ident, onnx_ops
 from workbench import nodeid
@@ -30,9 +30,10 @@ class OperatorTransformation(Transformation):
         """The match's description, for people."""
         raise NotImplementedError
 
-    def partners(self, plan) -> dict:
-        """Other nodes the match names, by role (e.g. the operator fused into it)."""
-        return {}
+    def roles(self, node, plan) -> dict:
+        """The nodes a match names, by role, in the match's order: the operator under
+        ``role`` and any partner the plan found (e.g. the operator fused into it)."""
+        return {self.role: node}
 
     def rewrite(self, sdfg, state, node, plan, weights=None) -> None:
         """Rewrite ``node`` by ``plan`` (fresh from ``plan`` on this very graph)."""
@@ -43,9 +44,8 @@ class OperatorTransformation(Transformation):
         for state, node in onnx_ops(sdfg, self.op_types):
             plan = self.plan(sdfg, state, node, weights)
             if plan is not None and plan is not False:
-                where = {self.role: ident(sdfg, state, node)}
-                where.update((role, ident(sdfg, state, other))
-                             for role, other in self.partners(plan).items())
+                where = {role: ident(sdfg, state, named)
+                         for role, named in self.roles(node, plan).items()}
                 matches.append(self.match(where, self.describe(node, plan)))
         return matches
 
@@ -58,7 +58,7 @@ class OperatorTransformation(Transformation):
                                       f"{self.name} rewrites")
         plan = self.plan(owner, state, node, weights)
         if plan is not None and plan is not False and any(
-                roles.get(role) is not other for role, other in self.partners(plan).items()):
+                roles.get(role) is not named for role, named in self.roles(node, plan).items()):
             plan = None  # the operator plans with other nodes now
         if plan is None or plan is False:
             raise TransformationError(self.refusal.format(node=node, match=match))

@@ -83,8 +83,8 @@ class EpilogueFusion(OperatorTransformation):
         """The epilogue."""
         return epilogue_of(sdfg, state, core)
 
-    def partners(self, epilogue) -> dict:
-        return {"epilogue": epilogue}
+    def roles(self, core, epilogue) -> dict:
+        return {"core": core, "epilogue": epilogue}
 
     def describe(self, core, epilogue):
         return f"fuse {epilogue.onnx_name} into {core.onnx_name} as its epilogue"
