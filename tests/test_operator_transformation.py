@@ -97,3 +97,31 @@ def test_partners_are_named_in_the_match_and_must_be_the_same_when_applied():
     other = Match("TestPairs", (("node", "main:op:r1#0"), ("reader", "main:op:r2#0")), "r1 with r2")
     with pytest.raises(TransformationError, match="r1 with r2 is gone"):
         t.apply(sdfg, other)
+
+
+class _Choices(_Relus):
+    """One match per Relu and choice; the choice 'b' plans nothing."""
+    name = "TestChoices"
+    option_names = ("pick",)
+
+    def choices(self, node):
+        return [{"pick": p} for p in ("a", "b")]
+
+    def plan(self, sdfg, state, node, weights=None, pick=None):
+        return f"{node.onnx_name}:{pick}" if pick == "a" else None
+
+
+def test_choices_make_matches_with_options_and_unknown_options_are_refused():
+    sdfg = workbench.open(_model()).sdfg
+    t = _Choices()
+    found = t.find(sdfg)
+    assert sorted((m.description, m.options) for m in found) == [
+        ("touch r1:a", (("pick", "a"),)), ("touch r2:a", (("pick", "a"),))]
+    t.apply(sdfg, found[0])
+    assert t.rewritten[0][1].endswith(":a")
+    with pytest.raises(TransformationError, match="refused"):
+        t.apply(sdfg, Match("TestChoices", (("node", "main:op:r1#0"),), "touch r1:b",
+                            (("pick", "b"),)))
+    with pytest.raises(TransformationError, match="has no option colour"):
+        t.apply(sdfg, Match("TestChoices", (("node", "main:op:r1#0"),), "x", (("colour", 1),)))
+    assert len(t.rewritten) == 1
