@@ -63,6 +63,27 @@ def _accesses_by_name(state) -> dict:
     return nodeid.per_state(state, "accesses", index)
 
 
+def rename_arrays(sdfg, state, renames: dict) -> None:
+    """The one way to rename arrays: every access node and memlet of ``state`` naming a
+    key of ``renames`` names its value instead, and the old arrays go. The caller makes
+    sure no other state names them."""
+    for access in state.data_nodes():
+        access.data = renames.get(access.data, access.data)
+    for edge in state.edges():  # memlets inside maps (expanded readers) name the array too
+        if edge.data.data in renames:
+            edge.data.data = renames[edge.data.data]
+    for name in renames:
+        sdfg.remove_data(name, validate=False)
+
+
+def record_for_readers(state, access, value) -> None:
+    """The operators reading ``access`` record ``value`` as that input's constant (if
+    small: ``OnnxOp.record_const``), as the importer records small weights."""
+    for e in state.out_edges(access):
+        if isinstance(e.dst, OnnxOp) and e.dst_conn in e.dst.onnx_inputs:
+            e.dst.record_const(e.dst.onnx_inputs.index(e.dst_conn), value)
+
+
 def dataflow_steps(state):
     """(graph, step): the state's dataflow with each top-level map (and all it
     holds) collapsed into its entry node; ``step(node)`` is the top-level node

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from workbench.errors import BadInputError
+from workbench.reference import ort_session
 from workbench.threads import set_threads
 
 BASELINES = ("onnxruntime", "torch")
@@ -60,12 +61,7 @@ def contenders(ws, baselines, threads: int, inputs: dict) -> dict:
     feeds = ws._reference_feeds(inputs)
     for name in baselines:
         if name == "onnxruntime":
-            import onnxruntime as ort
-            opts = ort.SessionOptions()
-            opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-            sess = ort.InferenceSession(ws.model.reference_model.SerializeToString(), opts,
-                                        providers=["CPUExecutionProvider"])
-            runners[name] = _ort_runner(sess, feeds)
+            runners[name] = _ort_runner(ort_session(ws.model.reference_model, threads), feeds)
         elif name == "torch":
             runners[name] = _torch_runner(ws, feeds, threads)
         else:

@@ -14,6 +14,7 @@ import dace
 import numpy as np
 from dace.sdfg import nodes
 
+from workbench.reference import ort_session
 from workbench.threads import DEFAULT_THREADS, set_threads
 
 
@@ -108,11 +109,7 @@ def _label(sdfg, uuid):
 
 
 def reference_times(model, feeds: dict, repeat: int, warmup: int, threads: int) -> list:
-    import onnxruntime as ort
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    sess = ort_session(model, threads)
     return time_calls(lambda: sess.run(None, feeds), repeat, warmup)
 
 

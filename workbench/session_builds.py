@@ -1,9 +1,9 @@
 """The compiled programs of a session: a few kept loaded by SDFG, and the
 instrumented twin that ``profile`` reads its per-operator timers from."""
 import hashlib
-import json
 
 from workbench.build import compile_sdfg, compile_together, session_build_folder
+from workbench.persist import canonical_json
 
 # Compiled programs a session keeps loaded, by SDFG: undo, redo or goto to any of the
 # last few built states loads nothing and compiles nothing.
@@ -12,7 +12,7 @@ BUILD_CACHE = 4
 
 def to_json(sdfg) -> str:
     """The SDFG's canonical JSON (what history steps keep and undo restores)."""
-    return json.dumps(sdfg.to_json(), sort_keys=True)
+    return canonical_json(sdfg, guids=True)
 
 
 class SessionBuilds:

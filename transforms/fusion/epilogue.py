@@ -20,11 +20,9 @@ from dace import data as dt
 from dace.sdfg import utils as sdutil
 
 from transforms.fusion import program as prog
-from transforms.graph import ident, onnx_ops, readers_elsewhere
-from workbench import nodeid
-from workbench.errors import TransformationError
+from transforms.graph import readers_elsewhere
+from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.node import OnnxOp
-from workbench.transform import Transformation
 
 
 def epilogue_of(sdfg, state, core):
@@ -71,28 +69,27 @@ def core_op(core) -> tuple:
     return core.op_type, core.attrs
 
 
-class EpilogueFusion(Transformation):
+class EpilogueFusion(OperatorTransformation):
     """Subclasses set ``fused_type`` (an op type of ``prog.EPILOGUE_OPS``)."""
     fused_type = ""
+    role = "core"
+    refusal = "{match.description}: no longer a core and its epilogue"
 
-    def cores(self) -> set:
+    @property
+    def op_types(self) -> set:
         return set(prog.EPILOGUE_OPS[self.fused_type]) | {self.fused_type}
 
-    def find(self, sdfg):
-        matches = []
-        for state, core in onnx_ops(sdfg, self.cores()):
-            epilogue = epilogue_of(sdfg, state, core)
-            if epilogue is not None:
-                matches.append(self.match(
-                    {"core": ident(sdfg, state, core), "epilogue": ident(sdfg, state, epilogue)},
-                    f"fuse {epilogue.onnx_name} into {core.onnx_name} as its epilogue"))
-        return matches
+    def plan(self, sdfg, state, core, weights=None):
+        """The epilogue."""
+        return epilogue_of(sdfg, state, core)
 
-    def apply(self, sdfg, match):
-        owner, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
-        core, epilogue = roles["core"], roles["epilogue"]
-        if core.op_type not in self.cores() or epilogue_of(owner, state, core) is not epilogue:
-            raise TransformationError(f"{match.description}: no longer a core and its epilogue")
+    def roles(self, core, epilogue) -> dict:
+        return {"core": core, "epilogue": epilogue}
+
+    def describe(self, core, epilogue):
+        return f"fuse {epilogue.onnx_name} into {core.onnx_name} as its epilogue"
+
+    def rewrite(self, owner, state, core, epilogue, weights=None):
         program = prog.compose(owner, state, [core, epilogue])
         op_type, attrs = core_op(core)
         feeds = prog.core_inputs(core)

@@ -14,11 +14,10 @@ Rules:
 3. Applying it selects the ``onepass`` implementation; the optional Mean
    and InvStdDev outputs are still written.
 """
-from transforms.graph import ident, in_array, onnx_ops
-from workbench import nodeid
-from workbench.errors import TransformationError
+from transforms.graph import in_array
+from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.onepass import layernorm_onepass_supported
-from workbench.transform import Transformation, register
+from workbench.transform import register
 
 
 def _applies(sdfg, state, node) -> bool:
@@ -31,20 +30,17 @@ def _applies(sdfg, state, node) -> bool:
 
 
 @register
-class OnePassLayerNorm(Transformation):
+class OnePassLayerNorm(OperatorTransformation):
     level = "fusion"
     name = "OnePassLayerNorm"
     description = "LayerNorm in one pass per row: mean and variance in one sweep, then normalize"
+    op_types = {"LayerNormalization"}
 
-    def find(self, sdfg):
-        return [self.match({"node": ident(sdfg, state, node)},
-                           f"{node.onnx_name}: statistics in one sweep, then normalize")
-                for state, node in onnx_ops(sdfg, {"LayerNormalization"})
-                if _applies(sdfg, state, node)]
+    def plan(self, sdfg, state, node, weights=None):
+        return _applies(sdfg, state, node)
 
-    def apply(self, sdfg, match):
-        owner, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
-        node = roles["node"]
-        if node.op_type != "LayerNormalization" or not _applies(owner, state, node):
-            raise TransformationError(f"{match.description}: no longer applies")
+    def describe(self, node, plan):
+        return f"{node.onnx_name}: statistics in one sweep, then normalize"
+
+    def rewrite(self, sdfg, state, node, plan, weights=None):
         node.implementation = "onepass"

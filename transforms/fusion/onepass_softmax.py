@@ -13,12 +13,11 @@ Rules:
 2. Applying it selects the ``onepass`` implementation; the graph is
    otherwise unchanged.
 """
-from transforms.graph import ident, in_array, onnx_ops
-from workbench import nodeid
-from workbench.errors import TransformationError
+from transforms.graph import in_array
+from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.onepass import softmax_onepass_supported
 from workbench.ops.registry import schema_defaults
-from workbench.transform import Transformation, register
+from workbench.transform import register
 
 
 def _applies(sdfg, state, node) -> bool:
@@ -29,20 +28,17 @@ def _applies(sdfg, state, node) -> bool:
 
 
 @register
-class OnePassSoftmax(Transformation):
+class OnePassSoftmax(OperatorTransformation):
     level = "fusion"
     name = "OnePassSoftmax"
     description = "Softmax in one pass per row: running max and sum, then one normalize sweep"
+    op_types = {"Softmax", "LogSoftmax"}
 
-    def find(self, sdfg):
-        return [self.match({"node": ident(sdfg, state, node)},
-                           f"{node.onnx_name}: running max/sum and one normalize sweep per row")
-                for state, node in onnx_ops(sdfg, {"Softmax", "LogSoftmax"})
-                if _applies(sdfg, state, node)]
+    def plan(self, sdfg, state, node, weights=None):
+        return _applies(sdfg, state, node)
 
-    def apply(self, sdfg, match):
-        owner, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
-        node = roles["node"]
-        if node.op_type not in ("Softmax", "LogSoftmax") or not _applies(owner, state, node):
-            raise TransformationError(f"{match.description}: no longer applies")
+    def describe(self, node, plan):
+        return f"{node.onnx_name}: running max/sum and one normalize sweep per row"
+
+    def rewrite(self, sdfg, state, node, plan, weights=None):
         node.implementation = "onepass"

@@ -44,50 +44,7 @@ def _attrs(node) -> dict:
 
 def table_expression(node):
     """(expression over placeholder names, the names bound to present inputs) or None."""
-    op, attrs = node.op_type, _attrs(node)
-    present = sum(1 for c in node.onnx_inputs if c)
-    if op in ew.UNARY:
-        return ew.UNARY[op].format(**attrs), ["x"]
-    if op in ew.BINARY:
-        return ew.BINARY[op], ["a", "b"]
-    names = [f"v{k}" for k in range(present)]
-    if op in ew.VARIADIC:
-        return _join(ew.VARIADIC[op], names), names
-    if op == "Mean":
-        return f"({' + '.join(names)}) / {present}", names
-    if op == "Gelu" and attrs.get("approximate", "none") in ew.GELU:
-        return ew.GELU[attrs.get("approximate", "none")], ["x"]
-    if op == "Clip":
-        return _clip(node, attrs)
-    return None
-
-
-def _join(joiner: str, names: list) -> str:
-    """Sum's ``" + "`` between the names, Max's ``max`` nested left to right."""
-    if joiner.strip() == "+":
-        return joiner.join(names)
-    code = names[0]
-    for name in names[1:]:
-        code = f"{joiner}({code}, {name})"
-    return code
-
-
-def _clip(node, attrs):
-    """As ``elementwise.clip``: NaN stays NaN, ``hi`` wins when ``lo > hi``."""
-    if node.opset < 11:
-        lo, hi, names = repr(float(attrs["min"])), repr(float(attrs["max"])), ["x"]
-    else:
-        have = [i for i in (1, 2) if i < len(node.onnx_inputs) and node.onnx_inputs[i]]
-        lo, hi = ("lo" if 1 in have else None), ("hi" if 2 in have else None)
-        names = ["x"] + [n for n in (lo, hi) if n]
-    code = "x"
-    if lo:
-        code = f"{lo} if x < {lo} else {code}"
-    if hi:
-        code = f"{hi} if x > {hi} else ({code})"
-    if lo and hi:
-        code = f"{hi} if {lo} > {hi} else ({code})"
-    return code, names
+    return ew.expression(node.op_type, _attrs(node), node.opset, node.onnx_inputs)
 
 
 def is_elementwise(node) -> bool:

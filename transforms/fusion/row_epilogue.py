@@ -23,12 +23,11 @@ Rules:
 import dace
 
 from transforms.fusion import program as prog
-from transforms.graph import ident, in_array, onnx_ops, readers_elsewhere
-from workbench import nodeid
-from workbench.errors import TransformationError
+from transforms.graph import in_array, readers_elsewhere
+from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.node import OnnxOp
 from workbench.ops.registry import schema_defaults
-from workbench.transform import Transformation, register
+from workbench.transform import register
 
 ROW_OPS = ("Softmax", "LogSoftmax", "LayerNormalization")
 PRODUCERS = (prog.FUSED, *prog.EPILOGUE_OPS)
@@ -70,26 +69,24 @@ def producer_of(sdfg, state, node):
 
 
 @register
-class RowEpilogueFusion(Transformation):
+class RowEpilogueFusion(OperatorTransformation):
     level = "fusion"
     name = "RowEpilogueFusion"
     description = "Run a last-axis Softmax/LayerNorm inside the fused node before it, row by row"
+    op_types = set(ROW_OPS)
+    role = "row"
 
-    def find(self, sdfg):
-        matches = []
-        for state, node in onnx_ops(sdfg, set(ROW_OPS)):
-            producer = producer_of(sdfg, state, node)
-            if producer is not None:
-                matches.append(self.match(
-                    {"producer": ident(sdfg, state, producer), "row": ident(sdfg, state, node)},
-                    f"run {node.onnx_name} row by row inside {producer.onnx_name}"))
-        return matches
+    def plan(self, sdfg, state, node, weights=None):
+        """The producer."""
+        return producer_of(sdfg, state, node)
 
-    def apply(self, sdfg, match):
-        owner, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
-        producer, node = roles["producer"], roles["row"]
-        if producer_of(owner, state, node) is not producer:
-            raise TransformationError(f"{match.description}: no longer applies")
+    def roles(self, node, producer) -> dict:
+        return {"producer": producer, "row": node}
+
+    def describe(self, node, producer):
+        return f"run {node.onnx_name} row by row inside {producer.onnx_name}"
+
+    def rewrite(self, owner, state, node, producer, weights=None):
         ins = [(e.dst_conn, e.src) for e in state.in_edges(producer)]
         row = {"op": node.op_type, "scale": "", "bias": ""}
         if node.op_type == "LayerNormalization":

@@ -108,7 +108,7 @@ def _through_views(state, access, members, side: str) -> list:
 
 def _elementwise(node) -> bool:
     from dace.sdfg import nodes
-    from transforms.global_.inplace import ELEMENTWISE
+    from workbench.ops.elementwise import ELEMENTWISE
     if isinstance(node, nodes.MapEntry):
         return True
     op_type = getattr(node, "op_type", None)

@@ -14,19 +14,16 @@ Rules:
 4. The operator goes; weights it read that nothing reads any more go too.
 Nothing reads or writes the folded operator's data at run time any more.
 """
-import json
-
 import dace
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from transforms.graph import access_nodes, ident, onnx_ops
-from workbench import nodeid
+from transforms.graph import access_nodes, record_for_readers
+from transforms.operator_transformation import OperatorTransformation
 from workbench.errors import TransformationError
 from workbench.importer.fold import NON_DETERMINISTIC, evaluate_node
-from workbench.importer.to_sdfg import MAX_RECORDED_CONST
-from workbench.transform import Transformation, register
+from workbench.transform import register
 
 MAX_ELEMENTS = 1 << 26
 
@@ -59,7 +56,6 @@ def _attribute(name, value, schema):
 
 def evaluate(node, inputs: list) -> list:
     """Outputs (ONNX order, None where absent) of ``node`` on ``inputs`` (None = absent)."""
-    from onnx.reference import ReferenceEvaluator
     try:
         schema = onnx.defs.get_schema(node.op_type, node.opset)
     except Exception:
@@ -70,9 +66,7 @@ def evaluate(node, inputs: list) -> list:
     proto.attribute.extend(_attribute(k, v, schema) for k, v in node.attrs.items())
     feeds = {n: v for n, v in zip(in_names, inputs) if n}
     try:
-        values = evaluate_node(
-            node.op_type, node.attrs, inputs,
-            lambda: ReferenceEvaluator(proto, opsets={"": node.opset}).run(None, feeds))
+        values = evaluate_node(proto, feeds, {"": node.opset})
     except Exception as e:
         raise TransformationError(f"onnx.reference cannot evaluate {node.onnx_name}: "
                                   f"{type(e).__name__}: {e}") from e
@@ -80,33 +74,22 @@ def evaluate(node, inputs: list) -> list:
     return [np.asarray(next(values)) if n else None for n in out_names]
 
 
-def _record_const(node, position: int, value) -> None:
-    """Let a reader see a small folded input as a constant (like the importer)."""
-    if value.size > MAX_RECORDED_CONST or value.dtype.kind not in "biuf":
-        return
-    consts = json.loads(node.consts_json)
-    consts[str(position)] = {"dtype": value.dtype.str, "shape": list(value.shape),
-                             "values": value.ravel().tolist()}
-    node.consts_json = json.dumps(consts, sort_keys=True)
-
-
 @register
-class ConstantFolding(Transformation):
+class ConstantFolding(OperatorTransformation):
     level = "global"
     name = "ConstantFolding"
     description = "Compute an operator whose inputs are all weights once, as a new weight"
     needs_weights = True
+    refusal = "{node.onnx_name} can no longer be folded"
 
-    def find(self, sdfg, weights=None):
-        weights = weights or {}  # without them nothing is known to be constant
-        return [self.match({"node": ident(sdfg, state, node)}, f"fold {node.onnx_name}")
-                for state, node in onnx_ops(sdfg) if _foldable(sdfg, state, node, weights)]
+    def plan(self, sdfg, state, node, weights=None):
+        # without weights nothing is known to be constant
+        return _foldable(sdfg, state, node, weights or {})
 
-    def apply(self, sdfg, match, weights=None):
-        _, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
-        node = roles["node"]
-        if not _foldable(sdfg, state, node, weights):
-            raise TransformationError(f"{node.onnx_name} can no longer be folded")
+    def describe(self, node, plan):
+        return f"fold {node.onnx_name}"
+
+    def rewrite(self, sdfg, state, node, plan, weights=None):
         ins = {e.dst_conn: e.src for e in state.in_edges(node)}
         consts = node.consts  # their shapes are ONNX's (a stored 0-d tensor has shape (1,))
         values = [None if not conn else weights[ins[conn].data] for conn in node.onnx_inputs]
@@ -132,9 +115,7 @@ class ConstantFolding(Transformation):
             # C order: onnx.reference returns views (a Transpose is Fortran-ordered)
             weights[access.data] = np.ascontiguousarray(
                 value.astype(desc.dtype.as_numpy_dtype()).reshape(desc.shape))
-            for e in state.out_edges(access):
-                if hasattr(e.dst, "onnx_inputs") and e.dst_conn in e.dst.onnx_inputs:
-                    _record_const(e.dst, e.dst.onnx_inputs.index(e.dst_conn), value)
+            record_for_readers(state, access, value)
         for access in set(ins.values()):
             if state.degree(access) == 0:
                 state.remove_node(access)

@@ -13,7 +13,7 @@ Rules:
    duplicate and its output arrays go.
 Bytes saved: everything the duplicate read and wrote.
 """
-from transforms.graph import access_nodes, ident, onnx_ops
+from transforms.graph import access_nodes, ident, onnx_ops, rename_arrays
 from workbench import nodeid
 from workbench.errors import TransformationError
 from workbench.importer.fold import NON_DETERMINISTIC
@@ -74,9 +74,6 @@ class CommonSubexpressionElimination(Transformation):
             for e in list(state.out_edges(old)):
                 state.add_edge(new, e.src_conn, e.dst, e.dst_conn, e.data)
                 state.remove_edge(e)
-            for e in state.edges():  # memlets inside an expanded reader name it too
-                if e.data.data == old.data:
-                    e.data.data = new.data
             state.remove_node(old)
-            sdfg.remove_data(old.data, validate=False)
+            rename_arrays(sdfg, state, {old.data: new.data})
         state.remove_node(drop)

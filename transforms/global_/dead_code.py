@@ -12,10 +12,10 @@ Rules:
    weights no access node uses. Graph inputs (not weights) always stay:
    they are the program's signature.
 """
-from transforms.graph import access_nodes, ident, onnx_ops
-from workbench import nodeid
+from transforms.graph import access_nodes
+from transforms.operator_transformation import OperatorTransformation
 from workbench.errors import TransformationError
-from workbench.transform import Transformation, register
+from workbench.transform import register
 
 
 def _dead(sdfg, state, node) -> bool:
@@ -47,16 +47,22 @@ def _drop_data(sdfg, name, weights):
 
 
 @register
-class DeadCodeElimination(Transformation):
+class DeadCodeElimination(OperatorTransformation):
     level = "global"
     name = "DeadCodeElimination"
     description = "Remove operators whose results nobody reads, and unused arrays and weights"
     needs_weights = True  # an unused weight goes with its value
+    refusal = "{node.onnx_name} is no longer dead"
+
+    def plan(self, sdfg, state, node, weights=None):
+        return _dead(sdfg, state, node)
+
+    def describe(self, node, plan):
+        return f"remove dead {node.onnx_name}"
 
     def find(self, sdfg, weights=None):
         weights = weights or {}
-        matches = [self.match({"node": ident(sdfg, state, node)}, f"remove dead {node.onnx_name}")
-                   for state, node in onnx_ops(sdfg) if _dead(sdfg, state, node)]
+        matches = super().find(sdfg, weights)
         isolated, unused = _leftovers(sdfg, weights)
         if isolated or unused:
             names = sorted({n.data for _, n in isolated} | set(unused))
@@ -75,10 +81,9 @@ class DeadCodeElimination(Transformation):
             for name in sorted({n.data for _, n in isolated} | set(unused)):
                 _drop_data(sdfg, name, weights)
             return
-        _, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
-        node = roles["node"]
-        if not _dead(sdfg, state, node):
-            raise TransformationError(f"{node.onnx_name} is no longer dead")
+        super().apply(sdfg, match, weights)
+
+    def rewrite(self, sdfg, state, node, plan, weights=None):
         touched = [e.src for e in state.in_edges(node)] + [e.dst for e in state.out_edges(node)]
         state.remove_node(node)
         for access in set(touched):

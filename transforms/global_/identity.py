@@ -10,10 +10,9 @@ Rules:
 """
 import dace
 
-from transforms.graph import ident, onnx_ops, readers_elsewhere
-from workbench import nodeid
-from workbench.errors import TransformationError
-from workbench.transform import Transformation, register
+from transforms.graph import readers_elsewhere
+from transforms.operator_transformation import OperatorTransformation
+from workbench.transform import register
 
 
 def _removable(sdfg, state, node) -> bool:
@@ -28,21 +27,20 @@ def _removable(sdfg, state, node) -> bool:
 
 
 @register
-class RemoveIdentity(Transformation):
+class RemoveIdentity(OperatorTransformation):
     level = "global"
     name = "RemoveIdentity"
     description = "Remove Identity and inference Dropout nodes (no copy)"
+    op_types = {"Identity", "Dropout"}
+    refusal = "{node.onnx_name} can no longer be removed"
 
-    def find(self, sdfg):
-        return [self.match({"node": ident(sdfg, state, node)}, f"remove {node.onnx_name}")
-                for state, node in onnx_ops(sdfg, {"Identity", "Dropout"})
-                if _removable(sdfg, state, node)]
+    def plan(self, sdfg, state, node, weights=None):
+        return _removable(sdfg, state, node)
 
-    def apply(self, sdfg, match):
-        _, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
-        node = roles["node"]
-        if not _removable(sdfg, state, node):
-            raise TransformationError(f"{node.onnx_name} can no longer be removed")
+    def describe(self, node, plan):
+        return f"remove {node.onnx_name}"
+
+    def rewrite(self, sdfg, state, node, plan, weights=None):
         src = state.in_edges(node)[0].src
         dst = state.out_edges(node)[0].dst
         state.remove_node(node)

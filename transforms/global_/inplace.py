@@ -21,13 +21,10 @@ import networkx as nx
 from dace import data as dt
 
 from transforms.global_.lifetimes import other_uses
-from transforms.graph import access_nodes, dataflow_steps, ident, onnx_ops
-from workbench import nodeid
-from workbench.errors import TransformationError
-from workbench.ops.elementwise import BINARY, UNARY, VARIADIC
-from workbench.transform import Transformation, register
-
-ELEMENTWISE = set(UNARY) | set(BINARY) | set(VARIADIC) | {"Mean", "Gelu", "Mod", "Clip"}
+from transforms.graph import access_nodes, dataflow_steps, rename_arrays
+from transforms.operator_transformation import OperatorTransformation
+from workbench.ops.elementwise import ELEMENTWISE
+from workbench.transform import register
 
 
 def _only_here(sdfg, state, data) -> bool:
@@ -69,31 +66,19 @@ def overwritable_input(sdfg, state, node):
 
 
 @register
-class InPlaceElementwise(Transformation):
+class InPlaceElementwise(OperatorTransformation):
     level = "global"
     name = "InPlaceElementwise"
     description = "Let an element-wise operator write its result over an input it reads last"
+    op_types = ELEMENTWISE
+    refusal = "{node.onnx_name} can no longer work in place"
 
-    def find(self, sdfg):
-        matches = []
-        for state, node in onnx_ops(sdfg, ELEMENTWISE):
-            x = overwritable_input(sdfg, state, node)
-            if x is not None:
-                matches.append(self.match({"node": ident(sdfg, state, node)},
-                                          f"{node.onnx_name} writes over {x.data}"))
-        return matches
+    def plan(self, sdfg, state, node, weights=None):
+        """The input access node it writes over."""
+        return overwritable_input(sdfg, state, node)
 
-    def apply(self, sdfg, match):
-        _, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
-        node = roles["node"]
-        x = overwritable_input(sdfg, state, node)
-        if x is None:
-            raise TransformationError(f"{node.onnx_name} can no longer work in place")
-        y = state.out_edges(node)[0].dst.data
-        for access in state.data_nodes():
-            if access.data == y:
-                access.data = x.data
-        for edge in state.edges():  # readers expanded into maps name it inside too
-            if edge.data.data == y:
-                edge.data.data = x.data
-        sdfg.remove_data(y, validate=False)
+    def describe(self, node, x):
+        return f"{node.onnx_name} writes over {x.data}"
+
+    def rewrite(self, sdfg, state, node, x, weights=None):
+        rename_arrays(sdfg, state, {state.out_edges(node)[0].dst.data: x.data})

@@ -30,7 +30,7 @@ import networkx as nx
 from dace import data as dt
 
 from transforms.global_.lifetimes import families
-from transforms.graph import dataflow_steps, ident
+from transforms.graph import dataflow_steps, ident, rename_arrays
 from workbench import nodeid
 from workbench.errors import TransformationError
 from workbench.transform import Transformation, register
@@ -115,11 +115,4 @@ class TransientReuse(Transformation):
         pools = plan(sdfg, state)
         if not pools:
             raise TransformationError(f"no buffers in state {state.label} can share memory")
-        rename = {name: pool[0] for pool in pools for name in pool[1:]}
-        for access in state.data_nodes():
-            access.data = rename.get(access.data, access.data)
-        for edge in state.edges():  # memlets inside maps name the array too
-            if edge.data.data in rename:
-                edge.data.data = rename[edge.data.data]
-        for name in rename:
-            sdfg.remove_data(name, validate=False)
+        rename_arrays(sdfg, state, {name: pool[0] for pool in pools for name in pool[1:]})

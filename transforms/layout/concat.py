@@ -14,13 +14,11 @@ Rules:
 import dace
 from dace import subsets
 
-from transforms.graph import ident, onnx_ops
-from transforms.layout.fold_consumer import ELEMENTWISE
 from transforms.layout.views import (data_output, drop_node, make_view, owned_here,
                                      plain_array, producer, row_major)
-from workbench import nodeid
-from workbench.errors import TransformationError
-from workbench.transform import Transformation, register
+from transforms.operator_transformation import OperatorTransformation
+from workbench.ops.elementwise import ELEMENTWISE
+from workbench.transform import register
 
 
 def _pieces(sdfg, state, node):
@@ -54,23 +52,21 @@ def _pieces(sdfg, state, node):
 
 
 @register
-class ConcatInPlace(Transformation):
+class ConcatInPlace(OperatorTransformation):
     level = "layout"
     name = "ConcatInPlace"
     description = "Let a Concat's producers write into their slices of its output (no copy)"
+    op_types = {"Concat"}
+    refusal = "{node.onnx_name} can no longer be written in place"
 
-    def find(self, sdfg):
-        return [self.match({"node": ident(sdfg, state, node)},
-                           f"{node.onnx_name}: producers write into the output")
-                for state, node in onnx_ops(sdfg, {"Concat"}) if _pieces(sdfg, state, node)]
+    def plan(self, sdfg, state, node, weights=None):
+        return _pieces(sdfg, state, node)
 
-    def apply(self, sdfg, match):
-        _, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
-        node = roles["node"]
-        found = _pieces(sdfg, state, node)
-        if found is None:
-            raise TransformationError(f"{node.onnx_name} can no longer be written in place")
-        pieces, axis, out = found
+    def describe(self, node, plan):
+        return f"{node.onnx_name}: producers write into the output"
+
+    def rewrite(self, sdfg, state, node, plan, weights=None):
+        pieces, axis, out = plan
         shape = sdfg.arrays[out.data].shape
         drop_node(sdfg, state, node, keep=[p[0] for p in pieces] + [out])
         for src, at, n in pieces:

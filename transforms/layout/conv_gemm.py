@@ -13,12 +13,10 @@ Rules:
 """
 import math
 
-from transforms.graph import ident, onnx_ops
 from transforms.layout.strided import implementation_for, strided_node
 from transforms.layout.views import data_input, data_output, plain_array
-from workbench import nodeid
-from workbench.errors import TransformationError
-from workbench.transform import Transformation, register
+from transforms.operator_transformation import OperatorTransformation
+from workbench.transform import register
 
 
 def pointwise(sdfg, state, node) -> bool:
@@ -53,20 +51,20 @@ def gemm_views(sdfg, state, node) -> dict:
 
 
 @register
-class ConvAsGemm(Transformation):
+class ConvAsGemm(OperatorTransformation):
     level = "layout"
     name = "ConvAsGemm"
     description = "Run a 1x1 Conv as a GEMM on the NCHW data in place (BLAS, no im2col copy)"
+    op_types = {"Conv"}
+    refusal = "{node.onnx_name} is no longer a 1x1 Conv"
 
-    def find(self, sdfg):
-        return [self.match({"node": ident(sdfg, state, node)}, f"{node.onnx_name} as a GEMM")
-                for state, node in onnx_ops(sdfg, {"Conv"}) if pointwise(sdfg, state, node)]
+    def plan(self, sdfg, state, node, weights=None):
+        return pointwise(sdfg, state, node)
 
-    def apply(self, sdfg, match):
-        _, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
-        node = roles["node"]
-        if not pointwise(sdfg, state, node):
-            raise TransformationError(f"{node.onnx_name} is no longer a 1x1 Conv")
+    def describe(self, node, plan):
+        return f"{node.onnx_name} as a GEMM"
+
+    def rewrite(self, sdfg, state, node, plan, weights=None):
         views = gemm_views(sdfg, state, node)
         arrays = {"a": data_input(state, node, 1), "b": data_input(state, node, 0),
                   "y": data_output(state, node)}

@@ -13,12 +13,10 @@ Rules:
 """
 import dace
 
-from transforms.graph import ident, onnx_ops
 from transforms.layout.views import data_input
-from workbench import nodeid
+from transforms.operator_transformation import OperatorTransformation
 from workbench.build.settings import blas_implementation
-from workbench.errors import TransformationError
-from workbench.transform import Transformation, register
+from workbench.transform import register
 
 FLOATS = (dace.float32, dace.float64)
 
@@ -37,21 +35,22 @@ def shiftable(sdfg, state, node) -> bool:
 
 
 @register
-class ConvAsShiftedGemm(Transformation):
+class ConvAsShiftedGemm(OperatorTransformation):
     level = "layout"
     name = "ConvAsShiftedGemm"
     description = "Run a stride-1 KxK Conv as one BLAS GEMM per kernel tap (no im2col matrix)"
 
-    def find(self, sdfg):
-        if blas_implementation() is None:
-            return []
-        return [self.match({"node": ident(sdfg, state, node)},
-                           f"{node.onnx_name}: one GEMM per kernel tap")
-                for state, node in onnx_ops(sdfg, {"Conv"}) if shiftable(sdfg, state, node)]
+    op_types = {"Conv"}
+    refusal = "{node.onnx_name} is no longer a stride-1 KxK Conv"
 
-    def apply(self, sdfg, match):
-        _, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
-        node = roles["node"]
-        if not shiftable(sdfg, state, node):
-            raise TransformationError(f"{node.onnx_name} is no longer a stride-1 KxK Conv")
+    def find(self, sdfg, weights=None):
+        return [] if blas_implementation() is None else super().find(sdfg)
+
+    def plan(self, sdfg, state, node, weights=None):
+        return shiftable(sdfg, state, node)
+
+    def describe(self, node, plan):
+        return f"{node.onnx_name}: one GEMM per kernel tap"
+
+    def rewrite(self, sdfg, state, node, plan, weights=None):
         node.implementation = "shifted_gemm"

@@ -11,16 +11,12 @@ Rules:
 A strided read is slower per element than a contiguous one, but it
 replaces a full read-and-write pass over the tensor.
 """
-from transforms.graph import ident, onnx_ops
 from transforms.layout.views import (data_input, data_output, drop_node, make_view, owned_here,
                                      plain_array, row_major)
-from workbench import nodeid
-from workbench.errors import TransformationError
-from workbench.ops.elementwise import BINARY, UNARY, VARIADIC
+from transforms.operator_transformation import OperatorTransformation
+from workbench.ops.elementwise import ELEMENTWISE
 from workbench.ops.node import OnnxOp
-from workbench.transform import Transformation, register
-
-ELEMENTWISE = set(UNARY) | set(BINARY) | set(VARIADIC) | {"Mean", "Gelu", "Mod", "Clip"}
+from workbench.transform import register
 
 
 def foldable(sdfg, state, node) -> bool:
@@ -42,21 +38,20 @@ def permuted_strides(sdfg, node, src) -> tuple:
 
 
 @register
-class FoldTransposeIntoConsumer(Transformation):
+class FoldTransposeIntoConsumer(OperatorTransformation):
     level = "layout"
     name = "FoldTransposeIntoConsumer"
     description = "Let element-wise readers of a Transpose read its input through strides (no copy)"
+    op_types = {"Transpose"}
+    refusal = "{node.onnx_name} can no longer be read in place"
 
-    def find(self, sdfg):
-        return [self.match({"node": ident(sdfg, state, node)},
-                           f"read {node.onnx_name}'s input through permuted strides")
-                for state, node in onnx_ops(sdfg, {"Transpose"}) if foldable(sdfg, state, node)]
+    def plan(self, sdfg, state, node, weights=None):
+        return foldable(sdfg, state, node)
 
-    def apply(self, sdfg, match):
-        _, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
-        node = roles["node"]
-        if not foldable(sdfg, state, node):
-            raise TransformationError(f"{node.onnx_name} can no longer be read in place")
+    def describe(self, node, plan):
+        return f"read {node.onnx_name}'s input through permuted strides"
+
+    def rewrite(self, sdfg, state, node, plan, weights=None):
         src, dst = data_input(state, node), data_output(state, node)
         strides = permuted_strides(sdfg, node, src)
         drop_node(sdfg, state, node, keep=(src, dst))

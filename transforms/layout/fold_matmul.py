@@ -15,17 +15,13 @@ Rules:
    than the copy it saves.
 4. A Gemm's A or B fed by a Transpose flips transA / transB instead.
 """
-import json
-
-from transforms.graph import ident, onnx_ops
 from transforms.layout.strided import (blas_friendly, implementation_for, node_views,
                                        set_views, strided_node, through)
 from transforms.layout.views import (data_input, data_output, drop_array_if_unused, full,
                                      owned_here, plain_array, producer, row_major)
-from workbench import nodeid
-from workbench.errors import TransformationError
+from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.node import OnnxOp
-from workbench.transform import Transformation, register
+from workbench.transform import register
 
 TARGETS = {"MatMul", "MatMulStrided", "Gemm"}
 
@@ -87,30 +83,30 @@ def plan(sdfg, state, node, operand: str):
 
 
 @register
-class FoldTransposeIntoMatMul(Transformation):
+class FoldTransposeIntoMatMul(OperatorTransformation):
     level = "layout"
     name = "FoldTransposeIntoMatMul"
     description = "Let a MatMul/Gemm read or write a transposed operand in place (strided BLAS)"
+    op_types = TARGETS
+    option_names = ("operand",)
+    refusal = "{match.description} no longer applies"
 
-    def find(self, sdfg):
-        matches = []
-        for state, node in onnx_ops(sdfg, TARGETS):
-            for operand in ("A", "B", "Y"):
-                found = plan(sdfg, state, node, operand)
-                if found:
-                    matches.append(self.match(
-                        {"node": ident(sdfg, state, node), "transpose": ident(sdfg, state, found[0])},
-                        f"fold {found[0].onnx_name} into {node.onnx_name} ({operand})",
-                        {"operand": operand}))
-        return matches
+    def choices(self, node):
+        return [{"operand": operand} for operand in ("A", "B", "Y")]
 
-    def apply(self, sdfg, match):
-        _, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
-        node, operand = roles["node"], match.options_dict()["operand"]
-        found = plan(sdfg, state, node, operand)
-        if found is None or found[0] is not roles["transpose"]:
-            raise TransformationError(f"{match.description} no longer applies")
-        tr, outer, inner, views = found
+    def plan(self, sdfg, state, node, weights=None, operand=None):
+        """(operand, Transpose, outer access node, inner access node, new views) or None."""
+        found = plan(sdfg, state, node, operand) if operand in ("A", "B", "Y") else None
+        return (operand,) + found if found else None
+
+    def roles(self, node, plan):
+        return {"node": node, "transpose": plan[1]}
+
+    def describe(self, node, plan):
+        return f"fold {plan[1].onnx_name} into {node.onnx_name} ({plan[0]})"
+
+    def rewrite(self, sdfg, state, node, plan, weights=None):
+        operand, tr, outer, inner, views = plan
         arrays = {e.dst_conn.lower(): e.src for e in state.in_edges(node)}
         arrays["y"] = data_output(state, node)
         arrays[operand.lower()] = outer
@@ -124,7 +120,7 @@ class FoldTransposeIntoMatMul(Transformation):
             flag = "transA" if operand == "A" else "transB"
             attrs = node.attrs
             attrs[flag] = 0 if attrs.get(flag, 0) else 1
-            node.attrs_json = json.dumps(attrs, sort_keys=True)
+            node.set_attrs(attrs)
         else:
             set_views(node, views)
         if operand == "Y":

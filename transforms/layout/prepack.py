@@ -14,17 +14,13 @@ serves models imported without it (the ONNX backend) and weights left
 behind by other transformations. ConstantFolding (global level) is the
 general case for any operator; this one needs no ONNX evaluator.
 """
-import json
-
 import dace
 import numpy as np
 
-from transforms.graph import access_nodes, ident, onnx_ops
+from transforms.graph import access_nodes, record_for_readers
 from transforms.layout.views import data_input, data_output, owned_here
-from workbench import nodeid
-from workbench.errors import TransformationError
-from workbench.importer.to_sdfg import MAX_RECORDED_CONST
-from workbench.transform import Transformation, register
+from transforms.operator_transformation import OperatorTransformation
+from workbench.transform import register
 
 LAYOUT_OPS = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
 
@@ -50,35 +46,23 @@ def packed_value(node, value, out_shape):
     return np.ascontiguousarray(value).reshape(out_shape)
 
 
-def _record_const(reader, conn: str, value) -> None:
-    """Let a reader see a small weight as a constant (as the importer records them)."""
-    if conn not in reader.onnx_inputs or value.size > MAX_RECORDED_CONST \
-            or value.dtype.kind not in "biuf":
-        return
-    consts = json.loads(reader.consts_json)
-    consts[str(reader.onnx_inputs.index(conn))] = {
-        "dtype": value.dtype.str, "shape": list(value.shape), "values": value.ravel().tolist()}
-    reader.consts_json = json.dumps(consts, sort_keys=True)
-
-
 @register
-class WeightPrepack(Transformation):
+class WeightPrepack(OperatorTransformation):
     level = "layout"
     name = "WeightPrepack"
     description = "Do a Transpose/Reshape of a weight once at load time (the weight is stored re-laid)"
     needs_weights = True
+    op_types = LAYOUT_OPS
+    refusal = "{node.onnx_name} no longer reads a weight"
 
-    def find(self, sdfg, weights=None):
-        return [self.match({"node": ident(sdfg, state, node)},
-                           f"prepack {data_input(state, node).data} through {node.onnx_name}")
-                for state, node in onnx_ops(sdfg, LAYOUT_OPS)
-                if packable(sdfg, state, node, weights)]
+    def plan(self, sdfg, state, node, weights=None):
+        """The weight's access node."""
+        return data_input(state, node) if packable(sdfg, state, node, weights) else None
 
-    def apply(self, sdfg, match, weights=None):
-        _, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
-        node = roles["node"]
-        if not packable(sdfg, state, node, weights):
-            raise TransformationError(f"{node.onnx_name} no longer reads a weight")
+    def describe(self, node, src):
+        return f"prepack {src.data} through {node.onnx_name}"
+
+    def rewrite(self, sdfg, state, node, plan, weights=None):
         src, dst = data_input(state, node), data_output(state, node)
         inputs = [e.src for e in state.in_edges(node)]
         desc = sdfg.arrays[dst.data]
@@ -86,9 +70,7 @@ class WeightPrepack(Transformation):
         state.remove_node(node)
         desc.transient = False  # now a weight, bound at call time
         desc.lifetime = dace.AllocationLifetime.Scope
-        for e in state.out_edges(dst):
-            if hasattr(e.dst, "onnx_inputs"):
-                _record_const(e.dst, e.dst_conn, weights[dst.data])
+        record_for_readers(state, dst, weights[dst.data])
         for access in inputs:
             if state.degree(access) == 0:
                 state.remove_node(access)

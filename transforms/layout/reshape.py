@@ -14,12 +14,10 @@ Rules:
 Shape-tensor inputs are disconnected; their access nodes go when nothing
 else reads them.
 """
-from transforms.graph import ident, onnx_ops
 from transforms.layout.views import (data_input, data_output, drop_node, make_view,
                                      owned_here, plain_array, producer)
-from workbench import nodeid
-from workbench.errors import TransformationError
-from workbench.transform import Transformation, register
+from transforms.operator_transformation import OperatorTransformation
+from workbench.transform import register
 
 RESHAPES = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
 
@@ -40,23 +38,20 @@ def plan(sdfg, state, node):
 
 
 @register
-class ReshapeAsView(Transformation):
+class ReshapeAsView(OperatorTransformation):
     level = "layout"
     name = "ReshapeAsView"
     description = "Make a Reshape/Flatten/Squeeze/Unsqueeze a view of its input (no copy)"
+    op_types = RESHAPES
+    refusal = "{node.onnx_name} can no longer become a view"
 
-    def find(self, sdfg):
-        return [self.match({"node": ident(sdfg, state, node)},
-                           f"{node.onnx_name} as a view ({side} aliased)")
-                for state, node in onnx_ops(sdfg, RESHAPES)
-                for side in [plan(sdfg, state, node)] if side]
+    def plan(self, sdfg, state, node, weights=None):
+        return plan(sdfg, state, node)
 
-    def apply(self, sdfg, match):
-        _, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
-        node = roles["node"]
-        side = plan(sdfg, state, node)
-        if side is None:
-            raise TransformationError(f"{node.onnx_name} can no longer become a view")
+    def describe(self, node, side):
+        return f"{node.onnx_name} as a view ({side} aliased)"
+
+    def rewrite(self, sdfg, state, node, side, weights=None):
         src, dst = data_input(state, node), data_output(state, node)
         drop_node(sdfg, state, node, keep=(src, dst))
         if side == "output":

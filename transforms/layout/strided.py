@@ -3,8 +3,6 @@
 A view is (logical shape, strides in elements) over a row-major array.
 Shared by FoldTransposeIntoMatMul and ConvAsGemm.
 """
-import json
-
 from transforms.layout.views import full, row_major
 from workbench.ops.layout_ops import DOMAIN, OP_TYPE, gemm_plan
 from workbench.ops.node import OnnxOp
@@ -92,7 +90,7 @@ def strided_node(sdfg, state, old, views, arrays: dict, implementation: str, alp
 def set_views(node, views) -> None:
     merged = {**node.attrs, **attrs(views, node.attrs.get("alpha", 1.0),
                                     node.attrs.get("beta", 1.0))}
-    node.attrs_json = json.dumps(merged, sort_keys=True)
+    node.set_attrs(merged)
 
 
 def implementation_for(old_impl: str) -> str:

@@ -129,28 +129,24 @@ def _gather_elements(attrs, data, indices):
 NUMPY_KERNELS = {"GatherElements": _gather_elements}
 
 
-def evaluate_node(op_type: str, attrs: dict, inputs: list, run_reference):
-    """Outputs of one node: a numpy kernel where onnx.reference is wrong, else
-    ``run_reference()``."""
-    kernel = NUMPY_KERNELS.get(op_type)
-    if kernel is None:
-        return run_reference()
-    return kernel(attrs, *inputs)
+def evaluate_node(node: onnx.NodeProto, feeds: dict, opsets: dict) -> list:
+    """The one single-node evaluator: outputs (its named ones, in order) of ``node`` on
+    ``feeds`` (input name -> array) at ``opsets`` (domain -> version), with a numpy kernel
+    where onnx.reference is wrong, else onnx.reference. Raises what they raise."""
+    kernel = NUMPY_KERNELS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    if kernel is not None:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        return kernel(attrs, *(feeds[n] if n else None for n in node.input))
+    from onnx.reference import ReferenceEvaluator
+    # a model, not the bare node: onnx.reference ignores ``opsets`` for a NodeProto (it
+    # runs the newest opset), and the typed inputs pick context-dependent implementations
+    return ReferenceEvaluator(_single_node_model(node, feeds, opsets)).run(None, feeds)
 
 
 def _evaluate(node, consts, opset):
-    from onnx.reference import ReferenceEvaluator
-    inputs = [n for n in node.input if n]
-    feeds = {n: consts[n] for n in inputs}
-    if node.op_type in NUMPY_KERNELS and node.domain in ("", "ai.onnx"):
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        try:
-            return evaluate_node(node.op_type, attrs, [consts[n] for n in node.input], None)
-        except Exception:
-            return None  # leave it to the compiled program
+    feeds = {n: consts[n] for n in node.input if n}
     try:
-        ref = ReferenceEvaluator(_single_node_model(node, feeds, opset))
-        values = ref.run(None, feeds)
+        values = evaluate_node(node, feeds, opset)
     except Exception:
         return None  # leave it to the compiled program
     if any(v is None or (hasattr(v, "size") and v.size > (1 << 26)) for v in values):

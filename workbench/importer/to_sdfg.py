@@ -96,22 +96,15 @@ def connector_names(node: onnx.NodeProto, opset: int):
     return names(node.input, formal_in, "in"), names(node.output, formal_out, "out")
 
 
-# Constant inputs up to this many elements are recorded on the node, so
-# implementations that need values at build time (axes, pads, repeats,
-# scales, K) can read them.
-MAX_RECORDED_CONST = 4096
-
-
 def constant_inputs(node: onnx.NodeProto, inits: dict, known: dict = None) -> dict:
-    """Small constant inputs (initializers, or values known at import) by position."""
+    """Constant inputs (initializers, or values known at import) by position; the node
+    records the small ones (``OnnxOp.record_const``)."""
     consts = {}
     for pos, name in enumerate(node.input):
         t = inits.get(name)
         arr = numpy_helper.to_array(t) if t is not None else (known or {}).get(name)
-        if arr is not None and arr.size <= MAX_RECORDED_CONST:
-            if arr.dtype.kind in "biuf":
-                consts[str(pos)] = {"dtype": arr.dtype.str, "shape": list(arr.shape),
-                                    "values": arr.ravel().tolist()}
+        if arr is not None:
+            consts[pos] = arr
     return consts
 
 

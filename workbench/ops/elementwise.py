@@ -132,26 +132,31 @@ def type_kind(dtype) -> str:
     return {"f": "float", "i": "int", "u": "unsigned"}[kind]
 
 
-def _register_unary(op_type, template):
-    @implements(op_type)
-    def impl(call):
-        return broadcast_map(call, template.format(**call.attrs), ["x"])
-
-
-def _register_binary(op_type, code):
-    @implements(op_type)
-    def impl(call):
-        return broadcast_map(call, code, ["a", "b"])
-
-
-def _register_variadic(op_type, joiner):
-    @implements(op_type)
-    def impl(call):
-        names = [f"v{k}" for k in range(len(call.inputs))]
-        return broadcast_map(call, _join(joiner, names), names)
+def expression(op_type: str, attrs: dict, opset: int, inputs: list):
+    """The one reading of the tables above, for the kernels here and the fusions alike:
+    (tasklet expression, the names bound to the present inputs in order) of ``op_type``
+    with ``attrs`` (schema defaults filled in) at ``opset`` over ``inputs`` (connectors
+    in ONNX order, '' where absent); None where the tables have no expression for it.
+    Mod (its code depends on the dtype) is not among them."""
+    names = [f"v{k}" for k in range(sum(1 for c in inputs if c))]
+    if op_type in UNARY:
+        return UNARY[op_type].format(**attrs), ["x"]
+    if op_type in BINARY:
+        return BINARY[op_type], ["a", "b"]
+    if op_type in VARIADIC:
+        return _join(VARIADIC[op_type], names), names
+    if op_type == "Mean":
+        return f"({_join(' + ', names)}) / {len(names)}", names
+    if op_type == "Gelu":
+        code = GELU.get(attrs.get("approximate", "none"))
+        return (code, ["x"]) if code is not None else None
+    if op_type == "Clip":
+        return _clip(attrs, opset, inputs)
+    return None
 
 
 def _join(joiner: str, names: list) -> str:
+    """Sum's ``" + "`` between the names, Max's ``max`` nested left to right."""
     if joiner.strip() == "+":
         return joiner.join(names)
     code = names[0]
@@ -160,18 +165,28 @@ def _join(joiner: str, names: list) -> str:
     return code
 
 
-for _op, _code in UNARY.items():
-    _register_unary(_op, _code)
-for _op, _code in BINARY.items():
-    _register_binary(_op, _code)
-for _op, _code in VARIADIC.items():
-    _register_variadic(_op, _code)
+def _clip(attrs: dict, opset: int, inputs: list):
+    """min(max(x, lo), hi), except that NaN stays NaN and hi wins when lo > hi."""
+    if opset < 11:  # bounds are attributes
+        lo, hi, names = repr(float(attrs["min"])), repr(float(attrs["max"])), ["x"]
+    else:  # bounds are optional inputs
+        have = [i for i in (1, 2) if i < len(inputs) and inputs[i]]
+        lo, hi = ("lo" if 1 in have else None), ("hi" if 2 in have else None)
+        names = ["x"] + [n for n in (lo, hi) if n]
+    code = "x"
+    if lo:
+        code = f"{lo} if x < {lo} else {code}"
+    if hi:
+        code = f"{hi} if x > {hi} else ({code})"
+    if lo and hi:
+        code = f"{hi} if {lo} > {hi} else ({code})"
+    return code, names
 
 
-@implements("Mean")
-def mean(call):
-    names = [f"v{k}" for k in range(len(call.inputs))]
-    return broadcast_map(call, f"({_join(' + ', names)}) / {len(names)}", names)
+@implements(*UNARY, *BINARY, *VARIADIC, "Mean", "Clip")
+def tabled(call):
+    return broadcast_map(call, *expression(call.op_type, call.attrs, call.node.opset,
+                                           call.node.onnx_inputs))
 
 
 @implements("Gelu")
@@ -179,7 +194,7 @@ def gelu(call):
     approximate = call.attr("approximate", "none")
     if approximate not in GELU:
         raise call.fail(f"approximate={approximate!r} is neither 'none' nor 'tanh'")
-    return broadcast_map(call, GELU[approximate], ["x"])
+    return tabled(call)
 
 
 @implements("Mod")
@@ -189,21 +204,6 @@ def mod(call):
                          let={"r": REMAINDER[kind]})
 
 
-@implements("Clip")
-def clip(call):
-    """min(max(x, lo), hi), except that NaN stays NaN and hi wins when lo > hi."""
-    if call.node.opset < 11:  # bounds are attributes
-        bounds = {"lo": repr(float(call.attr("min"))), "hi": repr(float(call.attr("max")))}
-        names = ["x"]
-    else:  # bounds are optional inputs
-        bounds = {n: n for n, i in (("lo", 1), ("hi", 2)) if call.input(i)}
-        names = ["x"] + list(bounds)
-    lo, hi = bounds.get("lo"), bounds.get("hi")
-    code = "x"
-    if lo:
-        code = f"{lo} if x < {lo} else {code}"
-    if hi:
-        code = f"{hi} if x > {hi} else ({code})"
-    if lo and hi:
-        code = f"{hi} if {lo} > {hi} else ({code})"
-    return broadcast_map(call, code, names)
+# Every op type this module implements: one output element from the same position of
+# each input (broadcast), so a fused loop or an in-place write may take them.
+ELEMENTWISE = set(UNARY) | set(BINARY) | set(VARIADIC) | {"Mean", "Gelu", "Mod", "Clip"}

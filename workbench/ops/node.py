@@ -32,6 +32,12 @@ def _expansion(impl_name: str):
     return dace.library.expansion(_Expand)
 
 
+# Constant inputs up to this many elements are recorded on the node, so
+# implementations that need values at build time (axes, pads, repeats,
+# scales, K) can read them.
+MAX_RECORDED_CONST = 4096
+
+
 @dace.library.node
 class OnnxOp(nodes.LibraryNode):
     """An ONNX operator. ``implementation`` picks how it expands."""
@@ -57,13 +63,32 @@ class OnnxOp(nodes.LibraryNode):
         outs = {c for c in onnx_outputs if c}
         super().__init__(name, inputs=ins, outputs=outs, **kwargs)
         self.op_type, self.domain, self.onnx_name, self.opset = op_type, domain, onnx_name, opset
-        self.attrs_json = json.dumps(attrs or {}, sort_keys=True)
-        self.consts_json = json.dumps(consts or {}, sort_keys=True)
+        self.set_attrs(attrs or {})
+        self.consts_json = "{}"
+        for position, value in (consts or {}).items():
+            self.record_const(position, value)
         self.onnx_inputs, self.onnx_outputs = list(onnx_inputs), list(onnx_outputs)
 
     @property
     def attrs(self) -> dict:
         return json.loads(self.attrs_json)
+
+    def set_attrs(self, attrs: dict) -> None:
+        """Replace the ONNX attributes (sorted JSON: equal attributes, equal text)."""
+        self.attrs_json = json.dumps(attrs, sort_keys=True)
+
+    def record_const(self, position: int, value) -> bool:
+        """Record ``value`` as the constant at ONNX input ``position`` if it is small
+        and numeric (implementations read it through ``consts``); whether it was."""
+        import numpy as np
+        value = np.asarray(value)
+        if value.size > MAX_RECORDED_CONST or value.dtype.kind not in "biuf":
+            return False
+        consts = json.loads(self.consts_json)
+        consts[str(position)] = {"dtype": value.dtype.str, "shape": list(value.shape),
+                                 "values": value.ravel().tolist()}
+        self.consts_json = json.dumps(consts, sort_keys=True)
+        return True
 
     @property
     def consts(self) -> dict:

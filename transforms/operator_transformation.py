@@ -1,0 +1,76 @@
+"""``OperatorTransformation``: the base of transformations that rewrite one ONNX operator.
+
+The base owns the loop and the prologue every such transformation repeated: find
+walks the operators of ``op_types`` and makes one match per operator and choice
+(``choices``, the match's options) the subclass plans for (naming the nodes ``roles`` gives: the operator, under ``role``, and any
+partner its plan found); apply resolves the match, plans again on the graph as it
+is now and refuses with ``refusal`` when the plan is gone or names other nodes. A
+subclass only decides (``plan``), names (``describe``) and rewrites (``rewrite``),
+as onnxruntime's fusion passes do on top of their ``FusionBase``.
+"""
+from transforms.graph import ident, onnx_ops
+from workbench import nodeid
+from workbench.errors import TransformationError
+from workbench.ops.node import OnnxOp
+from workbench.transform import Transformation
+
+
+class OperatorTransformation(Transformation):
+    op_types = None   # the op types it looks at (a set), None for every operator
+    role = "node"     # the operator's role in a match
+    option_names = ()  # the keys of ``choices``
+    # the error when a match no longer applies; formatted with ``node`` and ``match``
+    refusal = "{match.description}: no longer applies"
+
+    def choices(self, node) -> list:
+        """Option dicts tried on ``node``, each its own match (its ``options``) and handed
+        to ``plan`` as keywords; by default one match without options."""
+        return [{}]
+
+    def plan(self, sdfg, state, node, weights=None, **options):
+        """What ``rewrite`` needs when ``node`` can be rewritten (anything but None or
+        False), else None; must not modify the graph. ``weights`` as ``find`` has them."""
+        raise NotImplementedError
+
+    def describe(self, node, plan) -> str:
+        """The match's description, for people."""
+        raise NotImplementedError
+
+    def roles(self, node, plan) -> dict:
+        """The nodes a match names, by role, in the match's order: the operator under
+        ``role`` and any partner the plan found (e.g. the operator fused into it)."""
+        return {self.role: node}
+
+    def rewrite(self, sdfg, state, node, plan, weights=None) -> None:
+        """Rewrite ``node`` by ``plan`` (fresh from ``plan`` on this very graph)."""
+        raise NotImplementedError
+
+    def find(self, sdfg, weights=None):
+        matches = []
+        for state, node in onnx_ops(sdfg, self.op_types):
+            for options in self.choices(node):
+                plan = self.plan(sdfg, state, node, weights, **options)
+                if plan is not None and plan is not False:
+                    where = {role: ident(sdfg, state, named)
+                             for role, named in self.roles(node, plan).items()}
+                    matches.append(self.match(where, self.describe(node, plan), options))
+        return matches
+
+    def apply(self, sdfg, match, weights=None):
+        owner, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
+        node = roles.get(self.role)
+        if not isinstance(node, OnnxOp) or (self.op_types is not None
+                                            and node.op_type not in self.op_types):
+            raise TransformationError(f"{match.description}: its {self.role} is no operator "
+                                      f"{self.name} rewrites")
+        options = match.options_dict()
+        if set(options) - set(self.option_names):
+            raise TransformationError(f"{match.description}: {self.name} has no option "
+                                      f"{', '.join(sorted(set(options) - set(self.option_names)))}")
+        plan = self.plan(owner, state, node, weights, **options)
+        if plan is not None and plan is not False and any(
+                roles.get(role) is not named for role, named in self.roles(node, plan).items()):
+            plan = None  # the operator plans with other nodes now
+        if plan is None or plan is False:
+            raise TransformationError(self.refusal.format(node=node, match=match))
+        self.rewrite(owner, state, node, plan, weights)
