@@ -14,7 +14,7 @@ from onnx import helper, numpy_helper
 import workbench
 from fault_helpers import half_applying_transformations, registered
 from workbench.errors import BadInputError, TransformationError
-from workbench.persist import canonical_json
+from workbench.history import canonical_json
 from workbench.reference import random_inputs
 from workbench.recipe_run import RecipeResult
 

@@ -11,7 +11,7 @@ import pytest
 
 import workbench
 from workbench.errors import BadInputError, TransformationError
-from workbench.persist import canonical_json
+from workbench.history import canonical_json
 from workbench.transform import Match
 
 ROOT = Path(__file__).resolve().parents[1]

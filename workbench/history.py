@@ -20,6 +20,9 @@ Rules:
 4. A step is found by identity, never by equality: two steps can hold the
    same entry and SDFG.
 """
+import json
+import re
+
 from workbench.errors import BadInputError
 
 # SDFG objects kept (the steps visited last): undo, redo and a nearby goto cost nothing.
@@ -27,9 +30,12 @@ from workbench.errors import BadInputError
 LIVE = 8
 
 
-def sdfg_to_json(sdfg) -> str:
-    from workbench.session_builds import to_json
-    return to_json(sdfg)
+def canonical_json(sdfg, guids: bool = False) -> str:
+    """The one serialization of an SDFG: its JSON with sorted keys. With ``guids`` it is
+    what history steps keep and undo restores; without, memlet GUIDs (random per copy)
+    are blanked, for comparing a replayed SDFG with the original."""
+    text = json.dumps(sdfg.to_json(), sort_keys=True)
+    return text if guids else re.sub(r'"guid": "[^"]*"', '"guid": ""', text)
 
 
 class Step:
@@ -51,7 +57,7 @@ class Step:
     def sdfg_json(self) -> str:
         """The SDFG after the step as canonical JSON (written on first use, rule 2)."""
         if self._json is None:
-            self._json = sdfg_to_json(self.sdfg)
+            self._json = canonical_json(self.sdfg, guids=True)
         return self._json
 
     def drop_object(self) -> None:

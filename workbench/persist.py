@@ -24,7 +24,6 @@ Rules:
 import gzip
 import json
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -38,14 +37,6 @@ from workbench.history import Step
 
 MANIFEST = "session.json"
 FORMAT = 1
-
-
-def canonical_json(sdfg, guids: bool = False) -> str:
-    """The one serialization of an SDFG: its JSON with sorted keys. With ``guids`` it is
-    what history steps keep and undo restores; without, memlet GUIDs (random per copy)
-    are blanked, for comparing a replayed SDFG with the original."""
-    text = json.dumps(sdfg.to_json(), sort_keys=True)
-    return text if guids else re.sub(r'"guid": "[^"]*"', '"guid": ""', text)
 
 
 def atomic_write(path: Path, data: bytes) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 from dace.sdfg import nodes
 
 from workbench.reference import ort_session
-from workbench.threads import DEFAULT_THREADS, set_threads
+from workbench.threads import DEFAULT_THREADS
 
 
 @dataclass

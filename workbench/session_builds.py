@@ -3,16 +3,11 @@ instrumented twin that ``profile`` reads its per-operator timers from."""
 import hashlib
 
 from workbench.build import compile_sdfg, compile_together, session_build_folder
-from workbench.persist import canonical_json
+from workbench.history import canonical_json
 
 # Compiled programs a session keeps loaded, by SDFG: undo, redo or goto to any of the
 # last few built states loads nothing and compiles nothing.
 BUILD_CACHE = 4
-
-
-def to_json(sdfg) -> str:
-    """The SDFG's canonical JSON (what history steps keep and undo restores)."""
-    return canonical_json(sdfg, guids=True)
 
 
 class SessionBuilds:
@@ -110,4 +105,4 @@ class SessionBuilds:
     def _sdfg_key(self) -> str:
         # The canonical JSON, as undo restores it (DaCe's hash_sdfg differs between an
         # SDFG and its JSON round trip, so a restored state never matched its build).
-        return hashlib.sha256(to_json(self.sdfg).encode()).hexdigest()
+        return hashlib.sha256(canonical_json(self.sdfg, guids=True).encode()).hexdigest()
