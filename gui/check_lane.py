@@ -5,7 +5,7 @@ controller (``Controller._checkRequested``, queued onto the UI thread),
 which submits one job per step to the ``checks`` lane here. The job holds
 the session lock only while it generates code; compiling, running (in the
 worker process) and comparing go on while the window applies, undoes or
-lists further (``workbench.step_checks``). ``Controller.stepChecked``
+lists further (``workbench.session.step_checks``). ``Controller.stepChecked``
 tells the history panel when a check starts and when it ends.
 """
 import threading
@@ -19,7 +19,7 @@ class CheckLane:
 
     def submit(self, ws, step) -> None:
         """A background job verifying ``step`` of ``ws``."""
-        from workbench import step_checks
+        from workbench.session import step_checks
         ctl, entry = self.ctl, step.entry
         self.checking.add(id(entry))
 

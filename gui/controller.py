@@ -13,7 +13,7 @@ results are stale; the lock only keeps two of them off the Session at once.
 It is also the Session's own lock (``ws.lock``).
 
 Every applied step is verified in the background (``gui.check_lane``).
-Programs run in a worker process (``workbench.isolated``): a crash is a
+Programs run in a worker process (``workbench.runtime.isolated``): a crash is a
 ``ProgramCrashed`` shown as "Program crashed", and the session lives on.
 """
 import threading
@@ -172,7 +172,7 @@ class Controller(QObject):
             return
 
         def work(job):
-            from workbench import transform
+            from workbench import transformation_api as transform
             matches = []
             # one transformation at a time: on a large graph a listing takes minutes,
             # and a build, an apply or a newer listing must not wait for all of it

@@ -3,7 +3,7 @@
 Row 0 is the import. Steps after the current position (undone, but
 redo-able) are shown greyed. Clicking a row goes to that step. The last
 column shows each step's verification (``entry["verified"]``, see
-``workbench.step_checks``): a check mark with the largest error, a cross
+``workbench.session.step_checks``): a check mark with the largest error, a cross
 with the output that differs (or why the program did not run), an ellipsis
 while the background check runs. A failed step offers "Undo to before this
 step" (its row's context menu, and the button below for the first failed

@@ -124,7 +124,7 @@ def settle_long_lived_objects() -> None:
         symbolic_engine()   # as the importer loads it: without torch
     except Exception:
         pass   # the importer falls back to onnx's shape inference
-    from workbench import transform
+    from workbench import transformation_api as transform
     transform.load_plugins()
     gc.collect()   # garbage frozen now would never be freed
     gc.freeze()

@@ -15,7 +15,7 @@ LEVELS = ("local", "fusion", "layout", "global")
 
 
 def level_of(name: str) -> str:
-    from workbench import transform
+    from workbench import transformation_api as transform
     try:
         return transform.get(name).level
     except Exception:
@@ -151,7 +151,7 @@ class TransformPanel(QWidget):
 
     @staticmethod
     def _about(name: str) -> str:
-        from workbench import transform
+        from workbench import transformation_api as transform
         try:
             return transform.get(name).description
         except Exception:

@@ -12,7 +12,7 @@ Three kinds of entries:
 Each entry carries the input shapes to import it with (its symbolic dims
 fixed), so ``workbench.open("zoo:bert")`` and ``python app.py verify zoo:bert``
 need no ``--shape``. ``reference(entry)`` gives seeded inputs
-(``workbench.reference.random_inputs``) and onnxruntime's outputs on them,
+(``workbench.runtime.reference.random_inputs``) and onnxruntime's outputs on them,
 computed on first use and cached under ``$WORKBENCH_CACHE/zoo-reference/``.
 
     >>> from sdfg_models import zoo
@@ -171,7 +171,7 @@ def seeded_inputs(path: Path, shapes: dict, seed: int = 0) -> dict:
     import onnx
     from onnx import helper
     from workbench.importer.shapes import fix_input_shapes, graph_inputs
-    from workbench.reference import random_inputs
+    from workbench.runtime.reference import random_inputs
     fixed = fix_input_shapes(onnx.load(str(path), load_external_data=False), shapes)
     infos = [_Info(i.name, tuple(d.dim_value for d in i.type.tensor_type.shape.dim),
                    helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type))
@@ -188,6 +188,6 @@ class _Info:
 
 def _onnxruntime(path: Path, inputs: dict) -> dict:
     import onnx
-    from workbench.reference import run_reference
+    from workbench.runtime.reference import run_reference
     outputs, _ = run_reference(onnx.load(str(path)), inputs)
     return outputs

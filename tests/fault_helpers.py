@@ -58,7 +58,7 @@ def break_transformation_class():
     """A transformation that writes C++ that does not compile into a tasklet's code."""
     import dace
     from workbench import nodeid
-    from workbench.transform import Transformation
+    from workbench.transformation_api import Transformation
 
     class WriteBadCpp(Transformation):
         level, name = "local", "WriteBadCppForTest"
@@ -85,7 +85,7 @@ class _HalfApplied(Exception):
 
 def half_applying_transformations():
     """Transformations that change the SDFG (and weights) and then fail in different ways."""
-    from workbench.transform import Transformation
+    from workbench.transformation_api import Transformation
 
     class RaisesAfterDamage(Transformation):
         level, name, description = "global", "RaisesAfterDamageForTest", "damages, then raises"
@@ -123,7 +123,7 @@ def half_applying_transformations():
 @contextmanager
 def registered(*classes):
     """Register transformation classes for the duration of a ``with`` block."""
-    from workbench import transform
+    from workbench import transformation_api as transform
     transform.all_transformations()   # load the library first, so it cannot overwrite ours
     added = []
     try:

@@ -4,7 +4,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from onnx_helpers import onnx_ops, value_info
-from workbench import transform
+from workbench import transformation_api as transform
 
 F32 = "float32"
 

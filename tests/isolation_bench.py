@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=8)
     args = parser.parse_args(argv)
-    from workbench.threads import set_threads
+    from workbench.runtime.threads import set_threads
     set_threads(args.threads)
     for model in args.models:
         print(json.dumps({**measure(model, args.rounds), "threads": args.threads}), flush=True)

@@ -7,7 +7,7 @@ import pytest
 
 import workbench
 from workbench.errors import TransformationError
-from workbench.transform import Match
+from workbench.transformation_api import Match
 
 SEQUENCE = Path(__file__).with_name("step_sequences") / "bert_layer_fold_over_reused_buffer.json"
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from workbench.build import compile_sdfg, pch, session_build_folder
-from workbench.build.bench import small_sdfg
+from workbench.build.build_speed import small_sdfg
 from workbench.build.storage import heap_for_large_transients
 from workbench.errors import BuildError
 
@@ -160,7 +160,7 @@ def test_large_register_transients_move_to_the_heap_without_warnings(cache):
 
 def test_switching_an_operator_to_blas_and_back_keeps_the_configuration(monkeypatch):
     import workbench
-    from workbench import session_builds
+    from workbench.session import builds as session_builds
     from workbench.ops.node import OnnxOp
     monkeypatch.setattr(session_builds, "BUILD_CACHE", 1)  # every build in the one folder
     ws = workbench.open("mlp")

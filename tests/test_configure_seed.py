@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from workbench.build import compile_sdfg, configure_seed
-from workbench.build.bench import small_sdfg
+from workbench.build.build_speed import small_sdfg
 
 N = 1024
 

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import workbench
-from workbench import transform
+from workbench import transformation_api as transform
 from workbench.importer.fold import NUMPY_KERNELS
 
 

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 AT_COMMIT = r"""
 import os, sys, time
-import workbench, workbench.persist as persist
+import workbench, workbench.session.folder as persist
 folder, flag = sys.argv[1], sys.argv[2]
 ws = workbench.open("mlp", session_dir=folder)
 ws.apply(next(m for m in ws.transformations(predict=False) if m.transformation == "ExpandToMaps"))

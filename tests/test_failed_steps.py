@@ -17,7 +17,7 @@ import workbench
 from fault_helpers import (BAD_CODE, break_transformation_class, half_applying_transformations,
                            registered)
 from workbench.errors import CompileError, TransformationError
-from workbench.transform import Match
+from workbench.transformation_api import Match
 
 # steps per random sequence; every successful step is verified (a real build)
 STEPS = {"mlp": 5, "mbconv": 4, "bert-layer": 3}

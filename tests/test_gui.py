@@ -145,7 +145,7 @@ def test_whole_flow(qtbot, window, model):
 
 
 def test_errors_leave_the_session_unchanged(qtbot, window, tmp_path):
-    from workbench.transform import Match
+    from workbench.transformation_api import Match
     w, ctl = window, window.ctl
     open_model(qtbot, w, "mlp")
     ctl.apply(Match("ExpandToMaps", (("node", "main:op:/nowhere#0"),), "a node that is gone"))

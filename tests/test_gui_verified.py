@@ -44,7 +44,7 @@ def checked(w, count):
 
 
 def test_steps_are_verified_in_the_background_and_marked(qtbot, window, monkeypatch):
-    from workbench import step_checks
+    from workbench.session import step_checks
     w, ctl = window, window.ctl
     scenarios.open_and_wait(w, "mlp")
     assert ctl.ws.verify_steps

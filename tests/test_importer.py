@@ -230,7 +230,7 @@ def test_unsupported_ops_are_listed_at_once_before_any_build(monkeypatch):
     def no_build(*args, **kwargs):
         raise AssertionError("compiled although the model has unsupported ops")
 
-    monkeypatch.setattr("workbench.session_builds.compile_sdfg", no_build)
+    monkeypatch.setattr("workbench.session.builds.compile_sdfg", no_build)
     before = _built_files()
     model = _unsupported_model()
     onnx.checker.check_model(model)

@@ -8,7 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 import workbench
 from transforms.operator_transformation import OperatorTransformation
 from workbench.errors import TransformationError
-from workbench.transform import Match
+from workbench.transformation_api import Match
 
 
 class _Relus(OperatorTransformation):

@@ -14,9 +14,9 @@ from onnx import helper, numpy_helper
 import workbench
 from fault_helpers import half_applying_transformations, registered
 from workbench.errors import BadInputError, TransformationError
-from workbench.history import canonical_json
-from workbench.reference import random_inputs
-from workbench.recipe_run import RecipeResult
+from workbench.session.history import canonical_json
+from workbench.runtime.reference import random_inputs
+from workbench.session.recipe_run import RecipeResult
 
 ROOT = Path(__file__).resolve().parents[1]
 

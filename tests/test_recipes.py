@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import workbench
-from workbench import transform
+from workbench import transformation_api as transform
 from workbench.recipe import recipe_names
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,8 +11,8 @@ import pytest
 
 import workbench
 from workbench.errors import BadInputError, TransformationError
-from workbench.history import canonical_json
-from workbench.transform import Match
+from workbench.session.history import canonical_json
+from workbench.transformation_api import Match
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,7 +61,7 @@ def test_failing_apply_leaves_the_session_identical(mlp):
         mlp.apply(gone)
     assert exact(mlp) == j0 and mlp.history == []
 
-    class Broken(workbench.transform.Transformation):
+    class Broken(workbench.transformation_api.Transformation):
         level, name, description = "global", "BrokenForTest", "half-applies, then fails"
 
         def find(self, sdfg):
@@ -71,12 +71,12 @@ def test_failing_apply_leaves_the_session_identical(mlp):
             sdfg.arrays.clear()  # damage, then fail validation
             raise RuntimeError("boom")
 
-    workbench.transform._REGISTRY["BrokenForTest"] = Broken()
+    workbench.transformation_api._REGISTRY["BrokenForTest"] = Broken()
     try:
         with pytest.raises(TransformationError, match="session is unchanged"):
             mlp.apply(Match("BrokenForTest", ()))
     finally:
-        del workbench.transform._REGISTRY["BrokenForTest"]
+        del workbench.transformation_api._REGISTRY["BrokenForTest"]
     assert exact(mlp) == j0
     assert mlp.verify().match
 
@@ -122,7 +122,7 @@ def test_session_folder_round_trip_and_corruption(tmp_path):
 
 CHILD = r"""
 import os, sys, time
-import workbench, workbench.persist as persist
+import workbench, workbench.session.folder as persist
 folder, flag = sys.argv[1], sys.argv[2]
 ws = workbench.open("mlp", session_dir=folder)
 ws.apply(next(m for m in ws.transformations(predict=False) if m.transformation == "ExpandToMaps"))
@@ -196,7 +196,7 @@ def test_data_movement_is_analysed_once_per_sdfg(monkeypatch):
 def test_steps_beyond_the_live_ones_come_back_exactly_from_their_json(mlp):
     """Undo and redo hand back the step's own SDFG object; a step whose object was
     dropped (more than history.LIVE steps visited since) is read back from its JSON."""
-    from workbench import history
+    from workbench.session import history
     j0 = exact(mlp)
     imported = mlp.sdfg
     mlp.apply(first(mlp, "ExpandToMaps"))
@@ -221,7 +221,7 @@ def test_steps_beyond_the_live_ones_come_back_exactly_from_their_json(mlp):
 
 def test_matches_and_predictions_are_found_once_per_step(monkeypatch):
     """A selection's list filters the step's list; a new step (and undo) lists afresh."""
-    from workbench import transform
+    from workbench import transformation_api as transform
     ws = workbench.open("mlp")
     finds = []
     real = transform.find_matches

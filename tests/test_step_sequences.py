@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import workbench
 from tests.fuzz import steps as step_fuzz
-from workbench.transform import Match
+from workbench.transformation_api import Match
 
 
 def _op(name: str) -> str:

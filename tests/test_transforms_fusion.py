@@ -8,7 +8,7 @@ import pytest
 import workbench
 from fusion_helpers import F32, apply_all, graph_model, node, nodes_of, op_types, rand, verify
 from onnx_helpers import feeds_for
-from workbench import transform
+from workbench import transformation_api as transform
 from workbench.errors import TransformationError
 from workbench.ops import supported_op_types
 

@@ -7,7 +7,7 @@ from onnx import helper
 import workbench
 from fusion_helpers import F32, apply_all, graph_model, node, op_types, rand, verify
 from onnx_helpers import feeds_for, onnx_ops
-from workbench import transform
+from workbench import transformation_api as transform
 
 
 # -- OnePassSoftmax, OnePassLayerNorm ----------------------------------------

@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import workbench
-from workbench import transform
+from workbench import transformation_api as transform
 from workbench.errors import TransformationError
 from workbench.importer import import_model
 from workbench.session import Session

@@ -6,7 +6,7 @@ from onnx import helper, numpy_helper
 
 import workbench
 from onnx_helpers import onnx_ops, value_info
-from workbench import transform
+from workbench import transformation_api as transform
 from workbench.build.settings import blas_implementation
 from workbench.importer import import_model
 from workbench.session import Session

@@ -1,7 +1,7 @@
 """Local transformations on expanded operators of the bundled models: where they
 match, where they must not, and that the program still matches onnxruntime."""
 import workbench
-from workbench import transform
+from workbench import transformation_api as transform
 
 LOCAL = ["ChooseImplementation", "ExpandToMaps", "MapTiling", "Vectorization",
          "MapInterchange", "MapCollapse", "MapExpansion", "AccumulateTransient",

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 import workbench
 from sdfg_models import zoo
 from transforms.global_ import transient_reuse
-from workbench import transform
+from workbench import transformation_api as transform
 from workbench.ops import whole
 
 

@@ -1,7 +1,7 @@
 """SDFG files from elsewhere are programs: nothing is loaded before the user accepts them.
 
 A session folder written by this user's workbench carries signatures of its
-SDFGs (workbench.provenance) and opens as before. A folder from another
+SDFGs (workbench.session.signing) and opens as before. A folder from another
 workbench (another signing key), or one whose SDFGs were edited, is refused
 with ``UntrustedSDFGError`` before any SDFG is parsed, in Python and on the
 command line (exit 2), until accepted with ``trust=True`` / ``--trust``.

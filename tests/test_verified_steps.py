@@ -59,7 +59,7 @@ def test_a_cancelled_check_records_nothing():
     import threading
 
     import pytest
-    from workbench import step_checks
+    from workbench.session import step_checks
     from workbench.errors import Cancelled
     ws = workbench.open("mlp")
     entry = ws.apply(_expand(ws, "/fc1/Gemm"))

@@ -2,14 +2,14 @@
 
 Loaded through the ``dace_workbench.transformations`` entry point (see
 pyproject.toml), as users' plug-ins are: importing this package registers
-every transformation with ``workbench.transform`` and the shipped recipes
+every transformation with ``workbench.transformation_api`` and the shipped recipes
 (``recipes/``).
 """
 from pathlib import Path
 
 from transforms import fusion, global_, layout, local  # noqa: F401 (registration)
 from transforms.global_ import buffer_order
-from workbench.transform import register_check, register_recipes
+from workbench.transformation_api import register_check, register_recipes
 
 register_recipes(Path(__file__).with_name("recipes"))
 register_check(buffer_order.conflicts)

@@ -12,7 +12,7 @@ from transforms.graph import ident, onnx_ops
 from workbench import nodeid
 from workbench.errors import TransformationError
 from workbench.ops.node import OnnxOp
-from workbench.transform import Transformation
+from workbench.transformation_api import Transformation
 
 
 class OperatorTransformation(Transformation):

@@ -8,7 +8,7 @@ from pathlib import Path
 from workbench.errors import (BadInputError, BuildError, CheckFailed, CompileError,
                               ModelLoadError, UnknownModelError, UnsupportedCaseError,
                               UnsupportedOpError, UntrustedSDFGError, WorkbenchError)
-from workbench import threads  # noqa: F401 (OpenMP settings before any program loads)
+from workbench.runtime import threads  # noqa: F401 (OpenMP settings before any program loads)
 from workbench.progress import SILENT
 
 __all__ = ["open", "open_session", "from_torch", "resolve_model", "Session", "WorkbenchError", "BadInputError", "CheckFailed",
@@ -36,7 +36,7 @@ def resolve_model(path_or_name) -> Path:
 
 def from_torch(module, example_inputs, name: str = None, **kwargs):
     """Export a torch.nn.Module to ONNX (opset 17, legacy exporter) and open it."""
-    from workbench.torch_frontend import from_torch as _from_torch
+    from workbench.frontends.torch import from_torch as _from_torch
     return _from_torch(module, example_inputs, name=name, **kwargs)
 
 
@@ -45,9 +45,9 @@ def open_session(folder, progress=SILENT, trust: bool = None):
     it keeps autosaving there.
 
     A folder whose SDFGs this workbench did not write raises
-    ``UntrustedSDFGError`` unless ``trust`` (see ``workbench.provenance``).
+    ``UntrustedSDFGError`` unless ``trust`` (see ``workbench.session.signing``).
     """
-    from workbench import provenance
+    from workbench.session import signing as provenance
     from workbench.session import Session
     trust = provenance.trust_by_default() if trust is None else trust
     return Session.open_folder(folder, progress, trust=trust)
@@ -99,7 +99,7 @@ def open(model, input_shapes: dict = None, name: str = None, progress=SILENT,  #
 
 
 def _open_session_folder(folder, input_shapes, progress, trust, session_dir):
-    from workbench import provenance
+    from workbench.session import signing as provenance
     from workbench.session import Session
     if input_shapes:
         raise BadInputError(f"'{folder}' is a session folder: its input shapes are fixed; "

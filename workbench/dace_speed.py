@@ -29,7 +29,7 @@
    a ViT-tiny export (524 operators) the session's JSON went from 2.6 to
    5.1 MB and a copy from 0.40 to 0.67 s; every build paid one more copy
    of the whole program. The workbench keeps its own history
-   (``workbench.history``), so DaCe's (config ``store_history``) is off.
+   (``workbench.session.history``), so DaCe's (config ``store_history``) is off.
 5. ``in_degree``/``out_degree`` ask networkx's degree views (6 million calls,
    39 s of a profiled ViT-tiny build, mostly from ``sink_nodes`` in the
    inliner's checks); the count of the node's own in/out edge dict is the

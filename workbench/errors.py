@@ -88,7 +88,7 @@ class VerificationError(CheckFailed):
 
 class ProgramCrashed(CheckFailed):
     """The compiled program died while running (a segmentation fault, an abort, ...) or
-    reported a failure. It ran in a worker process (``workbench.isolated``): the session
+    reported a failure. It ran in a worker process (``workbench.runtime.isolated``): the session
     keeps every step. ``program`` and ``folder`` name the build, ``step`` the last step
     applied, ``cause`` what happened."""
 

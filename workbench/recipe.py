@@ -5,7 +5,7 @@ match, as a session records it) or ``{"transformation": NAME, "all": true}``
 (every match, repeatedly, until none is left: how the shipped, model-
 independent recipes are written). Optional ``"level"`` filters nothing; it
 is for people reading the file. A recipe name is looked up in the folders
-registered with ``workbench.transform.register_recipes`` (the bundled
+registered with ``workbench.transformation_api.register_recipes`` (the bundled
 library's ``transforms/recipes/``, a plug-in's own).
 """
 import json
@@ -20,7 +20,7 @@ def load_recipe(recipe) -> dict:
         return _checked(recipe, "recipe")
     if isinstance(recipe, list):
         return _checked({"name": "steps", "steps": recipe}, "recipe")
-    from workbench.transform import recipe_dirs
+    from workbench.transformation_api import recipe_dirs
     text = str(recipe)
     path = Path(text)
     if not path.suffix:
@@ -42,7 +42,7 @@ def load_recipe(recipe) -> dict:
 
 
 def recipe_names() -> list:
-    from workbench.transform import recipe_dirs
+    from workbench.transformation_api import recipe_dirs
     return sorted({p.stem for folder in recipe_dirs() for p in Path(folder).glob("*.json")})
 
 

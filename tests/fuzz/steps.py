@@ -159,7 +159,7 @@ def _random_steps(ws, task, journal):
 
 
 def _replay_steps(ws, task, journal):
-    from workbench.transform import Match
+    from workbench.transformation_api import Match
     for step in task.steps:
         _journal(journal, event="try", step=step)
         try:

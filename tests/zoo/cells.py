@@ -43,7 +43,7 @@ def verify_text(ws, model) -> str:
 
 def sdfg_digest(sdfg) -> str:
     """Of the canonical JSON without memlet GUIDs (random per copy of an SDFG)."""
-    from workbench.history import canonical_json
+    from workbench.session.history import canonical_json
     return hashlib.sha256(canonical_json(sdfg).encode()).hexdigest()[:16]
 
 

@@ -13,7 +13,7 @@ Rules (shared with GemmEpilogueFusion, see ``epilogue.py``):
    has the product's shape and dtype.
 """
 from transforms.fusion.epilogue import EpilogueFusion
-from workbench.transform import register
+from workbench.transformation_api import register
 
 
 @register

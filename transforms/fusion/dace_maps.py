@@ -5,7 +5,7 @@ They apply after ExpandToMaps has turned operators into maps:
 """
 from dace.transformation import dataflow as df
 
-from workbench.transform import DacePattern, register
+from workbench.transformation_api import DacePattern, register
 
 WRAPPED = [
     ("MapFusion", df.MapFusion,

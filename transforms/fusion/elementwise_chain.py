@@ -26,7 +26,7 @@ from transforms.graph import ident
 from workbench import nodeid
 from workbench.errors import TransformationError
 from workbench.ops.node import OnnxOp
-from workbench.transform import Transformation, register
+from workbench.transformation_api import Transformation, register
 
 
 def candidate(sdfg, state, node) -> bool:

@@ -16,7 +16,7 @@ Rules (shared with ConvEpilogueFusion, see ``epilogue.py``):
 3. Repeated application absorbs a whole chain: MatMul -> Add -> Erf-GELU.
 """
 from transforms.fusion.epilogue import EpilogueFusion
-from workbench.transform import register
+from workbench.transformation_api import register
 
 
 @register

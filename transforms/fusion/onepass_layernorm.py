@@ -17,7 +17,7 @@ Rules:
 from transforms.graph import in_array
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.onepass import layernorm_onepass_supported
-from workbench.transform import register
+from workbench.transformation_api import register
 
 
 def _applies(sdfg, state, node) -> bool:

@@ -27,7 +27,7 @@ from transforms.graph import in_array, readers_elsewhere
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.node import OnnxOp
 from workbench.ops.registry import schema_defaults
-from workbench.transform import register
+from workbench.transformation_api import register
 
 ROW_OPS = ("Softmax", "LogSoftmax", "LayerNormalization")
 PRODUCERS = (prog.FUSED, *prog.EPILOGUE_OPS)

@@ -23,7 +23,7 @@ from transforms.graph import access_nodes, record_for_readers
 from transforms.operator_transformation import OperatorTransformation
 from workbench.errors import TransformationError
 from workbench.importer.fold import NON_DETERMINISTIC, evaluate_node
-from workbench.transform import register
+from workbench.transformation_api import register
 
 MAX_ELEMENTS = 1 << 26
 

@@ -17,7 +17,7 @@ from transforms.graph import access_nodes, ident, onnx_ops, rename_arrays
 from workbench import nodeid
 from workbench.errors import TransformationError
 from workbench.importer.fold import NON_DETERMINISTIC
-from workbench.transform import Transformation, register
+from workbench.transformation_api import Transformation, register
 
 
 def _key(state, node):

@@ -15,7 +15,7 @@ Rules:
 from transforms.graph import access_nodes
 from transforms.operator_transformation import OperatorTransformation
 from workbench.errors import TransformationError
-from workbench.transform import register
+from workbench.transformation_api import register
 
 
 def _dead(sdfg, state, node) -> bool:

@@ -12,7 +12,7 @@ import dace
 
 from transforms.graph import readers_elsewhere
 from transforms.operator_transformation import OperatorTransformation
-from workbench.transform import register
+from workbench.transformation_api import register
 
 
 def _removable(sdfg, state, node) -> bool:

@@ -24,7 +24,7 @@ from transforms.global_.lifetimes import other_uses
 from transforms.graph import access_nodes, dataflow_steps, rename_arrays
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.elementwise import ELEMENTWISE
-from workbench.transform import register
+from workbench.transformation_api import register
 
 
 def _only_here(sdfg, state, data) -> bool:

@@ -16,7 +16,7 @@ import dace
 
 from workbench.build.storage import persistent_candidates as candidates
 from workbench.errors import TransformationError
-from workbench.transform import Transformation, register
+from workbench.transformation_api import Transformation, register
 
 
 @register

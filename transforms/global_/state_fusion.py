@@ -9,7 +9,7 @@ the map-level rewrites see producer and consumer in one dataflow graph.
 """
 from dace.transformation.interstate import StateFusion as DaceStateFusion
 
-from workbench.transform import DacePattern, register
+from workbench.transformation_api import DacePattern, register
 
 
 @register

@@ -33,7 +33,7 @@ from transforms.global_.lifetimes import families
 from transforms.graph import dataflow_steps, ident, rename_arrays
 from workbench import nodeid
 from workbench.errors import TransformationError
-from workbench.transform import Transformation, register
+from workbench.transformation_api import Transformation, register
 
 
 def _layout(desc) -> tuple:

@@ -18,7 +18,7 @@ from transforms.layout.views import (data_output, drop_node, make_view, owned_he
                                      plain_array, producer, row_major)
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.elementwise import ELEMENTWISE
-from workbench.transform import register
+from workbench.transformation_api import register
 
 
 def _pieces(sdfg, state, node):

@@ -16,7 +16,7 @@ import math
 from transforms.layout.strided import implementation_for, strided_node
 from transforms.layout.views import data_input, data_output, plain_array
 from transforms.operator_transformation import OperatorTransformation
-from workbench.transform import register
+from workbench.transformation_api import register
 
 
 def pointwise(sdfg, state, node) -> bool:

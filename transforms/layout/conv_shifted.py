@@ -16,7 +16,7 @@ import dace
 from transforms.layout.views import data_input
 from transforms.operator_transformation import OperatorTransformation
 from workbench.build.settings import blas_implementation
-from workbench.transform import register
+from workbench.transformation_api import register
 
 FLOATS = (dace.float32, dace.float64)
 

@@ -16,7 +16,7 @@ from transforms.layout.views import (data_input, data_output, drop_node, make_vi
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.elementwise import ELEMENTWISE
 from workbench.ops.node import OnnxOp
-from workbench.transform import register
+from workbench.transformation_api import register
 
 
 def foldable(sdfg, state, node) -> bool:

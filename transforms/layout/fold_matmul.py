@@ -21,7 +21,7 @@ from transforms.layout.views import (data_input, data_output, drop_array_if_unus
                                      owned_here, plain_array, producer, row_major)
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.node import OnnxOp
-from workbench.transform import register
+from workbench.transformation_api import register
 
 TARGETS = {"MatMul", "MatMulStrided", "Gemm"}
 

@@ -20,7 +20,7 @@ import numpy as np
 from transforms.graph import access_nodes, record_for_readers
 from transforms.layout.views import data_input, data_output, owned_here
 from transforms.operator_transformation import OperatorTransformation
-from workbench.transform import register
+from workbench.transformation_api import register
 
 LAYOUT_OPS = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
 

@@ -17,7 +17,7 @@ else reads them.
 from transforms.layout.views import (data_input, data_output, drop_node, make_view,
                                      owned_here, plain_array, producer)
 from transforms.operator_transformation import OperatorTransformation
-from workbench.transform import register
+from workbench.transformation_api import register
 
 RESHAPES = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
 

@@ -32,7 +32,7 @@ from dace.frontend.operations import detect_reduction_type
 from dace.sdfg import nodes
 from dace.transformation import dataflow as df
 
-from workbench.transform import DacePattern, register
+from workbench.transformation_api import DacePattern, register
 
 TILE = 32
 

@@ -8,7 +8,7 @@ from dace.transformation.interstate import InlineSDFG
 from transforms.graph import ident, onnx_ops
 from workbench import nodeid
 from workbench.errors import TransformationError
-from workbench.transform import Transformation, register
+from workbench.transformation_api import Transformation, register
 
 
 @register

@@ -1,7 +1,7 @@
 """ChooseImplementation: pick how one operator expands (pure, BLAS, im2col, ...)."""
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops import implementations_of
-from workbench.transform import register
+from workbench.transformation_api import register
 
 
 @register

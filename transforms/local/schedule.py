@@ -23,7 +23,7 @@ from dace.sdfg import nodes
 from transforms.graph import outside_maps
 from workbench import nodeid
 from workbench.errors import TransformationError
-from workbench.transform import Transformation, register
+from workbench.transformation_api import Transformation, register
 
 PARALLEL_MIN = 4096
 CHUNKS = 64

@@ -23,7 +23,7 @@ from dace import data as dt
 from dace import symbolic
 from dace.transformation import dataflow as df
 
-from workbench.transform import DacePattern, register
+from workbench.transformation_api import DacePattern, register
 
 VECTOR = 4  # floats in 16 bytes (see rule 2)
 _ARITHMETIC = (ast.Module, ast.Assign, ast.Expr, ast.Name, ast.Load, ast.Store, ast.Constant,

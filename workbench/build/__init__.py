@@ -6,7 +6,7 @@ process and session (two processes compiling into one folder corrupt each
 other's objects), and the same SDFG name is reused inside a folder so that
 a rebuild skips CMake's configure step and recompiles only what changed.
 
-What makes a rebuild fast (measured by ``python -m workbench.build.bench``):
+What makes a rebuild fast (measured by ``python -m workbench.build.build_speed``):
 the unchanged cmake command (``reuse.stabilize_environments``), Ninja, and a
 precompiled dace.h (``pch``); a new folder's first configure starts from an
 earlier one's (``configure_seed``). ``WORKBENCH_FAST_BUILD=0`` turns the last

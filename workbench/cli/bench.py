@@ -1,6 +1,6 @@
 """``bench MODEL``: workbench vs onnxruntime (and torch), interleaved medians."""
 from workbench.cli.common import add_model_args, add_recipe_arg, apply_recipe, emit_json, open_session
-from workbench.provenance import add_trust_arg, trusting
+from workbench.session.signing import add_trust_arg, trusting
 
 
 def register(sub):
@@ -17,12 +17,12 @@ def register(sub):
     p.add_argument("--plot", metavar="OUT.png", help="bar chart of per-operator and total times")
     p.add_argument("--interactive", action="store_true",
                    help="time open, list, apply, undo, the recipe (default auto), a cold build "
-                        "and a rebuild instead (workbench/step_costs.py)")
+                        "and a rebuild instead (workbench/runtime/step_costs.py)")
     p.set_defaults(run=run)
 
 
 def run(args, progress) -> int:
-    from workbench.bench import bench, plot
+    from workbench.runtime.benchmark import bench, plot
     from workbench.errors import BadInputError
     if args.repeat < 1 or args.threads < 1:
         raise BadInputError("--repeat and --threads must be at least 1.")
@@ -54,7 +54,7 @@ def run(args, progress) -> int:
 
 
 def run_interactive(args, progress) -> int:
-    from workbench.step_costs import measure
+    from workbench.runtime.step_costs import measure
     with trusting(args.trust):
         costs = measure(lambda: open_session(args, progress), args.recipe or "auto")
     print(costs.table())

@@ -2,7 +2,7 @@
 from workbench.analysis.classes import format_table
 from workbench.cli.common import (add_model_args, add_recipe_arg, apply_recipe, emit_json,
                                   human_count, open_session)
-from workbench.provenance import add_trust_arg, trusting
+from workbench.session.signing import add_trust_arg, trusting
 
 
 def register(sub):

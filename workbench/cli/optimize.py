@@ -1,6 +1,6 @@
 """``optimize MODEL -o FOLDER``: apply a recipe and export a standalone program."""
 from workbench.cli.common import add_model_args, add_recipe_arg, apply_recipe, emit_json, open_session
-from workbench.provenance import add_trust_arg, trusting
+from workbench.session.signing import add_trust_arg, trusting
 
 
 def register(sub):

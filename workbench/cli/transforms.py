@@ -9,7 +9,7 @@ def register(sub):
 
 
 def run(args, progress) -> int:
-    from workbench import transform
+    from workbench import transformation_api as transform
     library = transform.by_level()
     if args.json:
         emit_json(library)

@@ -1,9 +1,9 @@
 """``verify MODEL``: build for the CPU (or a CUDA GPU), run, compare with onnxruntime."""
 from workbench.cli.common import (add_model_args, add_recipe_arg, apply_recipe, emit_json,
                                   load_npz, open_session)
-from workbench.provenance import add_trust_arg, trusting
+from workbench.session.signing import add_trust_arg, trusting
 from workbench.errors import BadInputError
-from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL
+from workbench.runtime.verify import DEFAULT_ATOL, DEFAULT_RTOL
 
 
 def register(sub):

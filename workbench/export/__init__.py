@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from workbench.errors import BuildError, CheckFailed
-from workbench.persist import atomic_write
-from workbench.reference import run_reference
+from workbench.session.folder import atomic_write
+from workbench.runtime.reference import run_reference
 
 SEED = 0
 
@@ -45,7 +45,7 @@ def export_session(ws, folder, target: str = "cpu") -> dict:
         shutil.copy2(library, folder / "lib" / library.name)
         spec = _program_spec(ws, build, library.name)
         atomic_write(folder / "program.json", json.dumps(spec, indent=1).encode())
-        shutil.copy2(Path(__file__).with_name("export_runner.py"), folder / "run.py")
+        shutil.copy2(Path(__file__).with_name("runner.py"), folder / "run.py")
         inputs = ws.random_inputs(SEED)
         reference, _ = run_reference(ws.model.reference_model, ws._reference_feeds(inputs))
         np.savez(folder / "inputs.npz", **inputs)
@@ -86,7 +86,7 @@ def _program_spec(ws, build, library_name) -> dict:
                      "dtype": np.dtype(desc.dtype.as_numpy_dtype()).name,
                      "onnx_name": info.onnx_name if info else name,
                      "onnx_shape": list(info.shape) if info else None})
-    from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL
+    from workbench.runtime.verify import DEFAULT_ATOL, DEFAULT_RTOL
     inputs = [{"onnx_name": i.onnx_name, "onnx_shape": list(i.shape),
                "dtype": np.dtype(i.dtype).name} for i in ws.inputs]  # the model's input order
     return {"name": build.sdfg.name, "library": library_name, "arguments": args, "inputs": inputs,

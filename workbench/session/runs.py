@@ -1,7 +1,7 @@
 """Running a session's program: ``run``, ``verify``, ``profile``.
 
 A mixin of ``Session``. Programs run in a worker process
-(``workbench.isolated``), so a crash or a hang in generated code is a
+(``workbench.runtime.isolated``), so a crash or a hang in generated code is a
 ``ProgramCrashed`` naming the step, and the session lives on.
 """
 import functools
@@ -10,8 +10,8 @@ import time
 import numpy as np
 
 from workbench.errors import BadInputError
-from workbench.reference import random_inputs, run_reference
-from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all
+from workbench.runtime.reference import random_inputs, run_reference
+from workbench.runtime.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all
 
 
 def holding_lock(method):
@@ -36,7 +36,7 @@ class SessionRuns:
         return {info.onnx_name: results[info.onnx_name].reshape(info.shape)
                 for info in self.outputs}
 
-    # Programs run in a worker process (workbench.isolated): a crash or a hang in
+    # Programs run in a worker process (workbench.runtime.isolated): a crash or a hang in
     # generated code is a ProgramCrashed, and the session lives on. False runs them in
     # this process (only to compare timings with the isolated run).
     isolated = True
@@ -45,10 +45,10 @@ class SessionRuns:
     def _call(self, build, args: dict, repeat: int = 1, warmup: int = 0) -> list:
         """Call ``build``'s program ``warmup + repeat`` times on ``_call_args``' ``args``
         (outputs are filled in place); milliseconds of the ``repeat`` timed calls."""
-        from workbench.profile import time_calls
+        from workbench.runtime.profiling import time_calls
         if not self.isolated:
             return time_calls(lambda: build.compiled(**args), repeat, warmup)
-        from workbench import isolated
+        from workbench.runtime import isolated
         return isolated.call(build, args, [o.sdfg_name for o in self.outputs],
                              constant=self.model.weights.keys(), repeat=repeat, warmup=warmup,
                              timeout=self.run_timeout,
@@ -84,9 +84,10 @@ class SessionRuns:
         and the onnxruntime reference alike. The result is also appended to
         ``profiles`` with the current history position.
         """
-        from workbench import profile as prof
-        threads = threads or prof.DEFAULT_THREADS
-        prof.set_threads(threads)
+        from workbench.runtime import profiling as prof
+        from workbench.runtime.threads import DEFAULT_THREADS, set_threads
+        threads = threads or DEFAULT_THREADS
+        set_threads(threads)
         inputs = self.random_inputs() if inputs is None else inputs
         self._build_both()
         build = self.build()

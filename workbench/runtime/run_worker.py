@@ -1,6 +1,6 @@
-"""The worker process that runs compiled programs for ``workbench.isolated``.
+"""The worker process that runs compiled programs for ``workbench.runtime.isolated``.
 
-    python -m workbench.run_worker FD     (started by workbench.isolated, never by hand)
+    python -m workbench.runtime.run_worker FD     (started by workbench.runtime.isolated, never by hand)
 
 Generated code is native code: a segmentation fault, an abort or an endless
 loop in it must end this process, not the session's. Rules:
@@ -13,7 +13,7 @@ loop in it must end this process, not the session's. Rules:
 3. A library is loaded from a private copy: the session rebuilds into the
    same path, and ``dlopen`` answers a known path with the old library.
 4. The same OpenBLAS kernels, OpenMP OpenBLAS and thread count as the parent
-   (``workbench.threads``), so runtimes measured here are the parent's.
+   (``workbench.runtime.threads``), so runtimes measured here are the parent's.
 5. The worker dies with its parent (a watchdog thread; ctypes calls release
    the GIL): a program stuck in a loop never outlives the window that started
    it. Not PR_SET_PDEATHSIG: that fires when the parent *thread* ends, and
@@ -113,13 +113,13 @@ class _Program:
 
 def _set_threads(n, current):
     if n is not None and n != current:
-        from workbench.threads import set_threads
+        from workbench.runtime.threads import set_threads
         set_threads(int(n))
     return n if n is not None else current
 
 
 def serve(conn: Connection) -> None:
-    from workbench import threads  # noqa: F401 (rule 4: before any program loads)
+    from workbench.runtime import threads  # noqa: F401 (rule 4: before any program loads)
     segments, programs, threads_now = {}, {}, os.environ.get("OMP_NUM_THREADS")
     workdir = tempfile.mkdtemp(prefix=f"wb-worker-{os.getpid()}-")
     try:

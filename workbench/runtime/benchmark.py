@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from workbench.errors import BadInputError
-from workbench.reference import ort_session
-from workbench.threads import set_threads
+from workbench.runtime.reference import ort_session
+from workbench.runtime.threads import set_threads
 
 BASELINES = ("onnxruntime", "torch")
 

@@ -1,6 +1,6 @@
 """Build-time benchmark: first build and rebuild, with and without fast builds.
 
-    PYTHONPATH=. .venv/bin/python -m workbench.build.bench [--repeats 3]
+    PYTHONPATH=. .venv/bin/python -m workbench.build.build_speed [--repeats 3]
 
 Cases: a tiny map SDFG (compiled with ``compile_sdfg``; the rebuild changes a
 constant in its tasklet) and the bundled ``mlp`` model (through a Session;

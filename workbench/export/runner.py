@@ -80,7 +80,7 @@ class Program:
     def __init__(self, folder: Path = HERE):
         choose_openblas_kernels()
         if not choose_openblas_threads():
-            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see workbench/threads.py
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see workbench/runtime/threads.py
         self.spec = json.loads((folder / "program.json").read_text())
         self.lib = ctypes.CDLL(str(folder / "lib" / self.spec["library"]))
         name = self.spec["name"]
@@ -122,7 +122,7 @@ class Program:
 def seeded_inputs(specs, seed: int = 0) -> dict:
     """Seeded inputs for ``specs`` [(ONNX name, shape, dtype)] in the model's input order:
     floats N(0,1), integers in [0, 2), booleans at random. The one definition the
-    workbench (``workbench.reference.random_inputs``) and exported programs share, so
+    workbench (``workbench.runtime.reference.random_inputs``) and exported programs share, so
     both draw the same values for the same model and seed."""
     rng = np.random.default_rng(seed)
     out = {}

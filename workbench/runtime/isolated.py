@@ -1,6 +1,6 @@
 """Running compiled programs in a worker process, so that a crash is an error, not an exit.
 
-The parent side of ``workbench.run_worker``. One worker per process, started
+The parent side of ``workbench.runtime.run_worker``. One worker per process, started
 on the first run and kept warm: a program is loaded into it once per build,
 its weights are copied once into shared memory (memfd segments, by array
 identity: weights are replaced, never mutated), and each run copies only the
@@ -15,8 +15,8 @@ inputs in and the outputs out. Rules:
    CUDA error) leaves the worker running: ``ProgramCrashed`` as well, as the
    run produced nothing.
 4. Timings are taken in the worker, around the call only (``repeat`` and
-   ``warmup`` as ``workbench.profile.time_calls``), with the parent's OpenMP
-   thread count (``OMP_NUM_THREADS``, which ``workbench.threads.set_threads``
+   ``warmup`` as ``workbench.runtime.profiling.time_calls``), with the parent's OpenMP
+   thread count (``OMP_NUM_THREADS``, which ``workbench.runtime.threads.set_threads``
    sets) sent with every run.
 """
 import mmap
@@ -108,11 +108,11 @@ class _Worker:
             return
         self._reset()
         parent, child = Pipe()
-        root = str(Path(__file__).resolve().parent.parent)
+        root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         self.errors = tempfile.TemporaryFile()   # the worker's stderr: its last words
-        self.proc = subprocess.Popen([sys.executable, "-m", "workbench.run_worker",
+        self.proc = subprocess.Popen([sys.executable, "-m", "workbench.runtime.run_worker",
                                       str(child.fileno())], pass_fds=(child.fileno(),), env=env,
                                      stdin=subprocess.DEVNULL, stderr=self.errors)
         child.close()

@@ -3,7 +3,7 @@ instrumented twin that ``profile`` reads its per-operator timers from."""
 import hashlib
 
 from workbench.build import compile_sdfg, compile_together, session_build_folder
-from workbench.history import canonical_json
+from workbench.session.history import canonical_json
 
 # Compiled programs a session keeps loaded, by SDFG: undo, redo or goto to any of the
 # last few built states loads nothing and compiles nothing.
@@ -79,7 +79,7 @@ class SessionBuilds:
     def _build_both(self) -> None:
         """When neither the program nor its instrumented twin is built, build both with
         their compilers running side by side (``compile_together``)."""
-        from workbench.profile import instrument
+        from workbench.runtime.profiling import instrument
         key = self._sdfg_key()
         if ("cpu", key) in self._builds or self._timed_key == key:
             return
@@ -95,7 +95,7 @@ class SessionBuilds:
     def _instrumented_build(self):
         key = self._sdfg_key()
         if self._timed_build is None or self._timed_key != key:
-            from workbench.profile import instrument
+            from workbench.runtime.profiling import instrument
             self._drop_timed_build()
             self._timed_build = compile_sdfg(**self._job(self.build_slot + "-timers",
                                                          instrument_with=instrument))

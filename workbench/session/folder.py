@@ -15,7 +15,7 @@ Rules:
 3. Opening reads the manifest, re-imports model.onnx and restores the SDFG
    of the current step; a missing or corrupt step file ends the history at
    the last good step, and the session says so in ``recovery_note``.
-4. The manifest signs every step's SDFG (``workbench.provenance``): a
+4. The manifest signs every step's SDFG (``workbench.session.signing``): a
    folder whose SDFGs this user's workbench did not write is refused
    (``UntrustedSDFGError``) before any of them is parsed, unless trusted.
 5. A temporary file (``.NAME.PID-*.tmp``) is never read; one whose writer
@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench import provenance
+from workbench.session import signing as provenance
 from workbench.errors import BadInputError, UntrustedSDFGError
-from workbench.history import Step
+from workbench.session.history import Step
 
 MANIFEST = "session.json"
 FORMAT = 1

@@ -14,8 +14,8 @@ import dace
 import numpy as np
 from dace.sdfg import nodes
 
-from workbench.reference import ort_session
-from workbench.threads import DEFAULT_THREADS
+from workbench.runtime.reference import ort_session
+from workbench.runtime.threads import DEFAULT_THREADS
 
 
 @dataclass

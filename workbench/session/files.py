@@ -8,7 +8,7 @@ build; none changes them (``open_folder`` makes a new session from a folder).
 class SessionFiles:
     def recipe_steps(self) -> list:
         """The applied steps as recipe steps (see workbench.recipe)."""
-        from workbench.transform import Match
+        from workbench.transformation_api import Match
         return [Match.from_json(entry).to_json() for entry in self.history]
 
     def save_recipe(self, path) -> None:
@@ -20,15 +20,15 @@ class SessionFiles:
         """Write the applied steps as a Python script using the public API: it opens the
         model and replays the steps exactly (``Session.replay``); run on another model it
         stops before changing anything (exit 2)."""
-        from workbench.persist import atomic_write
-        from workbench.recipe_run import model_fingerprint
-        from workbench.transform import Match
+        from workbench.session.folder import atomic_write
+        from workbench.session.recipe_run import model_fingerprint
+        from workbench.transformation_api import Match
         shapes = {i.onnx_name: list(i.shape) for i in self.inputs}
         lines = [f'"""Replays {len(self.history)} workbench step(s) on {self.name}.',
                  "", "    python script.py [MODEL]    replay on MODEL (default: the one below), "
                  "then verify", "", "Exit 2 when a step names what the model does not have, "
                  '1 when the result does not match onnxruntime."""',
-                 "import sys", "", "import workbench", "from workbench.transform import Match",
+                 "import sys", "", "import workbench", "from workbench.transformation_api import Match",
                  "", f"MODEL = {self.source or self.name!r}", f"INPUT_SHAPES = {shapes!r}",
                  f"FINGERPRINT = {model_fingerprint(self)!r}  # the model the steps were "
                  f"recorded on", "STEPS = ["]
@@ -64,13 +64,13 @@ class SessionFiles:
             self._write_folder()
 
     def _write_folder(self):
-        from workbench.persist import save_history
+        from workbench.session.folder import save_history
         save_history(self.folder, self.timeline, self.model.reference_model, self.name,
                      {i.onnx_name: list(i.shape) for i in self.inputs})
 
     @classmethod
     def open_folder(cls, folder, progress=None, trust: bool = False, autosave: bool = True):
-        """Reopen a session folder (see workbench.persist) at its current step.
+        """Reopen a session folder (see workbench.session.folder) at its current step.
 
         ``trust`` accepts SDFGs this workbench did not write and, with
         ``autosave``, signs them so the folder is not asked about again. Without
@@ -78,7 +78,7 @@ class SessionFiles:
         """
         from pathlib import Path
         from workbench.importer import import_model
-        from workbench.persist import read_session
+        from workbench.session.folder import read_session
         from workbench.progress import SILENT
         saved = read_session(folder, trust)
         imported = import_model(saved.model_path, input_shapes=saved.input_shapes,

@@ -1,7 +1,7 @@
 """A session's history: every step taken (undone ones too) and where the session stands.
 
 Owned by ``Session`` (``ws.timeline``); written and read back by
-``workbench.persist``; the recipe runner and the step checks use it through
+``workbench.session.folder``; the recipe runner and the step checks use it through
 the methods here. It knows nothing of sessions, folders or builds.
 
 Rules:
@@ -49,7 +49,7 @@ class Step:
         self._json = sdfg_json
         self.weights = weights      # the weights after the step (replaced, never mutated)
         self.saved = saved          # written to the session folder
-        self.signature = signature  # this user's signature of sdfg_json (workbench.provenance)
+        self.signature = signature  # this user's signature of sdfg_json (workbench.session.signing)
         self.sdfg = sdfg            # the SDFG object (rule 2), None once dropped
         self.movement = movement    # its data movement, when known
 

@@ -42,5 +42,5 @@ def ort_session(model: onnx.ModelProto, threads: int, quiet: bool = False):
 def random_inputs(infos, seed: int = 0) -> dict:
     """Seeded inputs in the model's input order: floats N(0,1), integers in [0, 2),
     booleans at random (exported programs draw the very same: ``seeded_inputs``)."""
-    from workbench.export_runner import seeded_inputs
+    from workbench.export.runner import seeded_inputs
     return seeded_inputs([(i.onnx_name, i.shape, i.dtype) for i in infos], seed)

@@ -60,7 +60,7 @@ class RecipeResult(list):
 
 def run_recipe(ws, recipe) -> RecipeResult:
     from workbench.recipe import load_recipe
-    from workbench.transform import Match
+    from workbench.transformation_api import Match
     data = load_recipe(recipe)
     steps = data["steps"]
     _check_names(steps, f"recipe '{data.get('name', 'steps')}'")
@@ -89,7 +89,7 @@ def run_recipe(ws, recipe) -> RecipeResult:
 def replay(ws, matches, fingerprint: str = None) -> list:
     """Apply recorded ``matches`` exactly; the first failure raises, naming its step,
     and leaves the session as it was before the replay."""
-    from workbench.transform import Match
+    from workbench.transformation_api import Match
     matches = [m if isinstance(m, Match) else Match.from_json(m) for m in matches]
     _check_names([{"transformation": m.transformation} for m in matches], "replay")
     if fingerprint is not None and fingerprint != model_fingerprint(ws):
@@ -125,7 +125,7 @@ def model_fingerprint(ws) -> str:
 
 
 def _apply_all(ws, number, name, limit, result) -> None:
-    from workbench import transform
+    from workbench import transformation_api as transform
     t = transform.get(name)
     failed = set()
     for _ in range(limit):
@@ -147,7 +147,7 @@ def _apply_all(ws, number, name, limit, result) -> None:
 
 
 def _check_names(steps, what) -> None:
-    from workbench import transform
+    from workbench import transformation_api as transform
     transform.load_plugins()
     known = {t.name for t in transform.all_transformations()}
     for number, step in enumerate(steps, 1):

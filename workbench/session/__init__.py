@@ -9,11 +9,11 @@ import dace
 
 from workbench import analysis
 from workbench.errors import CheckFailed, TransformationError
-from workbench.history import History, Step
+from workbench.session.history import History, Step
 from workbench.progress import SILENT
-from workbench.session_builds import SessionBuilds
-from workbench.session_files import SessionFiles
-from workbench.session_runs import SessionRuns, holding_lock
+from workbench.session.builds import SessionBuilds
+from workbench.session.files import SessionFiles
+from workbench.session.runs import SessionRuns, holding_lock
 
 
 class Session(SessionBuilds, SessionRuns, SessionFiles):
@@ -29,7 +29,7 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
         self.progress = progress
         self.id = uuid.uuid4().hex[:8]
         self.build_slot = build_slot or self.id
-        # every step taken and the current one (workbench.history)
+        # every step taken and the current one (workbench.session.history)
         self.timeline = History(Step(None, weights=self.model.weights, sdfg=self.sdfg))
         self._operator_names = {}
         self._movement = None   # (the SDFG, its data movement): see data_movement
@@ -40,7 +40,7 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
         self._imported_flops = {n.onnx_name: analysis.node_flops(n, st) for n, st in imported}
         self._init_builds()
         self.profiles = []  # every profile taken, with its history position
-        self.folder = None  # a session folder to autosave into (see workbench.persist)
+        self.folder = None  # a session folder to autosave into (see workbench.session.folder)
         self.source = None  # what workbench.open was given (a bundled name or a path)
         self.recovery_note = ""
         self.lock = threading.RLock()   # held while a call works on the SDFG (verify_steps)
@@ -88,7 +88,7 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
         transformations. With ``predict``, each match's ``delta_bytes`` is
         the change in bytes moved, measured by applying it to a copy.
         """
-        from workbench import transform
+        from workbench import transformation_api as transform
         from workbench.nodeid import selection
         wanted = selection(self.sdfg, nodes) if nodes is not None else None
         matches = []
@@ -106,9 +106,9 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
 
     def _found(self, t) -> list:
         """``t``'s matches in the current SDFG, found once per step: a step's SDFG and
-        weights are never changed in place (workbench.history, rule 2), so a selection's
+        weights are never changed in place (workbench.session.history, rule 2), so a selection's
         list is the whole graph's, filtered."""
-        from workbench import transform
+        from workbench import transformation_api as transform
         cache = self._this_step()
         if t not in cache:
             cache[t] = transform.find_matches(t, self.sdfg, self.model.weights)
@@ -122,7 +122,7 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
         return self._found_in[2]
 
     # Verify every step after it is applied, in the background: the result lands in
-    # the step's history entry as "verified" (see workbench.step_checks). While a check
+    # the step's history entry as "verified" (see workbench.session.step_checks). While a check
     # generates code it holds ``lock``, which apply, run, verify and profile take too.
     verify_steps = False
     step_checks = None   # schedules a check: f(session, step); None: one background thread
@@ -134,7 +134,7 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
         ``verify`` builds and verifies the new step before returning and records
         ``entry["verified"] = {"match", "max_abs_err", "output"}`` (with "error" when
         its program did not build or crashed); see also ``verify_steps``."""
-        from workbench import transform
+        from workbench import transformation_api as transform
         t = transform.get(match.transformation)
         before = self.data_movement().moved_bytes
         trial = copy.deepcopy(self.sdfg)
@@ -163,7 +163,7 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
             self._record_verification(self.timeline.current)
         elif self.verify_steps:
             if self.step_checks is None:
-                from workbench.step_checks import BackgroundChecks
+                from workbench.session.step_checks import BackgroundChecks
                 self.step_checks = BackgroundChecks()
             self.step_checks(self, self.timeline.current)
         return entry
@@ -171,7 +171,7 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
     def check_step(self, position: int = None) -> dict:
         """Build and verify the program of step ``position`` (default: the current one)
         and record the result in its history entry; returns the record."""
-        from workbench import step_checks
+        from workbench.session import step_checks
         position = self.timeline.position if position is None else position
         if position == self.timeline.position:
             return self._record_verification(self.timeline[position])
@@ -185,7 +185,7 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
     @holding_lock
     def _record_verification(self, step) -> dict:
         """Verify the current program (its build stays cached) as ``step``'s record."""
-        from workbench import step_checks
+        from workbench.session import step_checks
         try:
             verified = step_checks.verified_from(self.verify())
         except CheckFailed as e:   # a failed build or a crash is what the check found
@@ -219,7 +219,7 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
     def goto(self, step: int) -> bool:
         """Restore the SDFG (and weights) exactly as they were after ``step``."""
         target = self.timeline.move(step)
-        if target.sdfg is None:   # dropped from the live steps (workbench.history, rule 1)
+        if target.sdfg is None:   # dropped from the live steps (workbench.session.history, rule 1)
             target.sdfg = dace.SDFG.from_json(json.loads(target.sdfg_json))
             self.timeline.hold(target)
         self.sdfg = target.sdfg
@@ -232,14 +232,14 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
     def optimize(self, recipe):
         """Apply a recipe (name, path or steps). Returns the history entries added (a
         list) with ``.skipped``: steps that no longer applied, each with its reason
-        (see workbench.recipe_run)."""
-        from workbench.recipe_run import run_recipe
+        (see workbench.session.recipe_run)."""
+        from workbench.session.recipe_run import run_recipe
         return run_recipe(self, recipe)
 
     def replay(self, matches, fingerprint: str = None) -> list:
         """Apply recorded steps exactly (as ``save_script`` scripts do); the first that
         fails raises, naming its step, and the session returns to where it was."""
-        from workbench.recipe_run import replay
+        from workbench.session.recipe_run import replay
         return replay(self, matches, fingerprint)
 
     def predict(self, match):
@@ -250,7 +250,7 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
     def _predict(self, match):
         """Measured once per step and match (kept beside the step's matches, see _found)."""
         from dataclasses import replace
-        from workbench import transform
+        from workbench import transformation_api as transform
         from workbench.analysis.movement import data_movement
         known = self._this_step()
         key = ("predicted", match.transformation, match.where, match.options, match.expr_index)

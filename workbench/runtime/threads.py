@@ -7,7 +7,7 @@ import ctypes
 import ctypes.util
 import os
 
-from workbench.export_runner import choose_openblas_kernels, choose_openblas_threads
+from workbench.export.runner import choose_openblas_kernels, choose_openblas_threads
 
 DEFAULT_THREADS = int(os.environ.get("WORKBENCH_THREADS", "2"))
 

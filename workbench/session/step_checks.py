@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from workbench.errors import Cancelled, WorkbenchError
 from workbench.progress import Progress
-from workbench.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all
+from workbench.runtime.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all
 
 
 def verified_from(report) -> dict:
@@ -75,7 +75,7 @@ def prepare(ws, step, cancel=None):
 
 
 def run_and_compare(ws, step, finish, cancel=None) -> dict:
-    from workbench import isolated
+    from workbench.runtime import isolated
     build = finish() if callable(finish) else finish
     try:
         inputs = ws.random_inputs()
@@ -131,7 +131,7 @@ class _Stoppable(Progress):
 def _reference(ws) -> dict:
     cached = ws.__dict__.get("_check_reference")
     if cached is None:
-        from workbench.reference import run_reference
+        from workbench.runtime.reference import run_reference
         cached, _ = run_reference(ws.model.reference_model,
                                   ws._reference_feeds(ws.random_inputs()))
         ws.__dict__["_check_reference"] = cached
