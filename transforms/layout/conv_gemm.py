@@ -59,7 +59,8 @@ class ConvAsGemm(OperatorTransformation):
     refusal = "{node.onnx_name} is no longer a 1x1 Conv"
 
     def plan(self, sdfg, state, node, weights=None):
-        return pointwise(sdfg, state, node)
+        # a convolution on oneDNN's kernels stays there (ChooseImplementation moves it)
+        return node.implementation != "onednn" and pointwise(sdfg, state, node) or None
 
     def describe(self, node, plan):
         return f"{node.onnx_name} as a GEMM"

@@ -47,7 +47,8 @@ class ConvAsShiftedGemm(OperatorTransformation):
         return [] if blas_implementation() is None else super().find(sdfg)
 
     def plan(self, sdfg, state, node, weights=None):
-        return shiftable(sdfg, state, node)
+        # a convolution on oneDNN's kernels stays there (ChooseImplementation moves it)
+        return node.implementation != "onednn" and shiftable(sdfg, state, node) or None
 
     def describe(self, node, plan):
         return f"{node.onnx_name}: one GEMM per kernel tap"

@@ -105,6 +105,11 @@ def building_for(target: str):
         _target.pop()
 
 
+def target() -> str:
+    """What the build in progress generates code for: "cpu" or "gpu"."""
+    return _target[-1]
+
+
 def transient_storage():
     """Where an expansion's whole-tensor transients (padded inputs, im2col columns) live.
 

@@ -13,6 +13,7 @@ it is still in cache (the kernels of ``onepass.py``).
 """
 import dace
 
+from workbench.ops.conv_onednn import epilogue_on_library
 from workbench.ops.onepass import layernorm_row, softmax_row
 from workbench.ops.registry import connector_sdfg, implementations_of, implements
 from workbench.ops.simd import add_row_kernel
@@ -54,8 +55,13 @@ def fused_elementwise(call):
 
 def core_then_epilogue(call, impl: str):
     """The core operator into ``y0`` (an inner node of its own op type, ``impl``), then the
-    epilogue program over it in place, reading the product as ``acc``."""
+    epilogue program over it in place, reading the product as ``acc``; or one library call
+    when the core's library runs the epilogue itself (``WHOLE``)."""
     from workbench.ops.node import OnnxOp  # node.py imports the registry: import late
+    whole = WHOLE.get((call.op_type, impl))
+    sdfg = whole(call) if whole else None
+    if sdfg is not None:
+        return sdfg
     y = call.output(0)
     shape = call.shape(y)
     sdfg, state = connector_sdfg(call, "epilogue")
@@ -82,6 +88,11 @@ def core_then_epilogue(call, impl: str):
                    {y: (y, shape)}, call.dtype(y).ctype, input_nodes={y: product},
                    tail=row_tail(call, y))
     return sdfg
+
+
+# (epilogue op type, core implementation) -> expansion running core and epilogue as one
+# library call, or returning None when the library has no such epilogue
+WHOLE = {("ConvEpilogue", "onednn"): epilogue_on_library}
 
 
 def _register_epilogue(op_type: str, impl: str):

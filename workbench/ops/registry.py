@@ -21,7 +21,7 @@ from workbench.errors import UnsupportedCaseError
 dace_speed.install()  # node positions and cycle checks without inspect/networkx
 
 # Every name an OnnxOp's ``implementation`` may take. An op type offers a subset.
-IMPLEMENTATION_NAMES = ("pure", "blas", "im2col", "shifted_gemm", "direct", "onepass")
+IMPLEMENTATION_NAMES = ("pure", "blas", "im2col", "shifted_gemm", "direct", "onepass", "onednn")
 
 _IMPLS: Dict[Tuple[str, str], Callable] = {}
 _INTERNAL: set = set()  # workbench-internal op types (fused nodes), not ONNX operators

@@ -1,0 +1,233 @@
+// Convolutions on oneDNN for the workbench's generated programs.
+//
+// The generated code includes only wb_dnnl.h (a few C declarations), so a
+// program's build never parses dnnl.hpp; this file is compiled once per
+// machine into libwb_dnnl.so (workbench/build/onednn.py).
+//
+// A program instance owns one context (DaCe state field, made in
+// __dace_init). Each convolution call site passes a pointer to its static
+// descriptor; the context keeps, per site, the primitive (created on the
+// first call) and the weights reordered into the primitive's layout. The
+// reordered weights are reused while the call passes the same weight
+// pointer with the same sampled values: weights are constants of the
+// program, as initializers are for onnxruntime.
+#include "wb_dnnl.h"
+
+#include <dnnl.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+memory::dims dims_of(const long* v, int n) { return memory::dims(v, v + n); }
+
+// A cheap fingerprint of a weight tensor: 64 values spread over it.
+unsigned long long sample(const float* w, long count) {
+    unsigned long long h = 1469598103934665603ull;
+    long step = count > 64 ? count / 64 : 1;
+    for (long i = 0; i < count; i += step) {
+        unsigned int bits;
+        std::memcpy(&bits, w + i, 4);
+        h = (h ^ bits) * 1099511628211ull;
+    }
+    return h;
+}
+
+dnnl::algorithm eltwise_alg(int kind) {
+    switch (kind) {
+        case WB_POST_RELU: return dnnl::algorithm::eltwise_relu;
+        case WB_POST_CLIP: return dnnl::algorithm::eltwise_clip;
+        case WB_POST_SWISH: return dnnl::algorithm::eltwise_swish;
+        case WB_POST_HARDSWISH: return dnnl::algorithm::eltwise_hardswish;
+        case WB_POST_SIGMOID: return dnnl::algorithm::eltwise_logistic;
+        default: return dnnl::algorithm::eltwise_linear;
+    }
+}
+
+struct Conv {
+    wb_conv_desc desc;        // what it was made for (a call site's static descriptor)
+    dnnl::convolution_forward prim;
+    memory::desc user_src, user_dst, user_wei, src_md, dst_md, wei_md, bias_md;
+    memory weights;          // in the primitive's layout
+    const float* weights_of = nullptr;
+    unsigned long long weights_sample = 0;
+    long weight_count = 0;
+    bool reorder_src = false, reorder_dst = false;
+    std::string impl;         // oneDNN's name for the kernel it chose
+    int add_index = -1;       // position of the residual Add (a sum) among the post-ops
+    memory src_tmp, dst_tmp;
+};
+
+struct Context {
+    dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+    dnnl::stream stream{engine};
+    std::unordered_map<const wb_conv_desc*, std::unique_ptr<Conv>> convs;
+    std::mutex lock;
+    std::string error;
+};
+
+std::unique_ptr<Conv> make_conv(Context& ctx, const wb_conv_desc* d) {
+    auto c = std::make_unique<Conv>();
+    c->desc = *d;
+    int nd = d->nsp + 2;
+    memory::dims src_dims{d->n, d->c}, dst_dims{d->n, d->m}, wei_dims, k, stride, dil, pl, pr;
+    for (int i = 0; i < d->nsp; ++i) {
+        src_dims.push_back(d->in[i]);
+        dst_dims.push_back(d->out[i]);
+        k.push_back(d->k[i]);
+        stride.push_back(d->stride[i]);
+        dil.push_back(d->dil[i] - 1);  // oneDNN counts the gaps between taps
+        pl.push_back(d->pad_l[i]);
+        pr.push_back(d->pad_r[i]);
+    }
+    if (d->groups > 1) wei_dims = {d->groups, d->m / d->groups, d->c / d->groups};
+    else wei_dims = {d->m, d->c};
+    wei_dims.insert(wei_dims.end(), k.begin(), k.end());
+    c->user_src = memory::desc(src_dims, dt::f32, dims_of(d->src_strides, nd));
+    c->user_dst = memory::desc(dst_dims, dt::f32, dims_of(d->dst_strides, nd));
+    static const tag plain_w[] = {tag::undef, tag::undef, tag::undef, tag::oiw, tag::oihw, tag::oidhw};
+    static const tag plain_gw[] = {tag::undef, tag::undef, tag::undef, tag::goiw, tag::goihw, tag::goidhw};
+    c->user_wei = memory::desc(wei_dims, dt::f32, d->groups > 1 ? plain_gw[nd] : plain_w[nd]);
+    c->weight_count = 1;
+    for (auto v : wei_dims) c->weight_count *= v;
+
+    dnnl::post_ops ops;
+    for (int i = 0; i < d->n_post; ++i) {
+        if (d->post[i] == WB_POST_ADD) {
+            // sum, not binary_add: oneDNN's fast kernels take a binary operand only in
+            // the destination's own blocked layout (a plain one fell to ref:any, 150x
+            // slower); sum accumulates onto what the destination holds
+            c->add_index = i;
+            ops.append_sum(1.0f);
+        } else {
+            ops.append_eltwise(eltwise_alg(d->post[i]), d->alpha[i], d->beta[i]);
+        }
+    }
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(ops);
+    memory::desc any_src(src_dims, dt::f32, tag::any), any_dst(dst_dims, dt::f32, tag::any);
+    memory::desc any_wei(wei_dims, dt::f32, tag::any);
+    memory::desc bias = d->has_bias ? memory::desc({d->m}, dt::f32, tag::a) : memory::desc();
+    auto algo = dnnl::algorithm::convolution_direct;
+    auto kind = dnnl::prop_kind::forward_inference;
+    // The caller's own layout first (no reorder around the call); the library's
+    // choice only when it has no fast kernel for that layout.
+    dnnl::convolution_forward::primitive_desc pd;
+    bool direct = false;
+    if (d->layout != WB_LAYOUT_LIBRARY) {
+        try {
+            pd = dnnl::convolution_forward::primitive_desc(ctx.engine, kind, algo, c->user_src, any_wei,
+                                                          bias, c->user_dst, stride, dil, pl, pr, attr);
+            std::string impl = pd.impl_info_str();
+            direct = impl.find("ref") == std::string::npos && impl.find("gemm") == std::string::npos;
+        } catch (const dnnl::error&) {
+            direct = false;
+        }
+    }
+    if (!direct) {
+        pd = dnnl::convolution_forward::primitive_desc(ctx.engine, kind, algo, any_src, any_wei, bias,
+                                                      any_dst, stride, dil, pl, pr, attr);
+    }
+    c->prim = dnnl::convolution_forward(pd);
+    c->impl = pd.impl_info_str();
+    c->src_md = pd.src_desc();
+    c->dst_md = pd.dst_desc();
+    c->wei_md = pd.weights_desc();
+    c->bias_md = bias;
+    c->reorder_src = c->src_md != c->user_src;
+    c->reorder_dst = c->dst_md != c->user_dst;
+    if (c->reorder_src) c->src_tmp = memory(c->src_md, ctx.engine);
+    if (c->reorder_dst) c->dst_tmp = memory(c->dst_md, ctx.engine);
+    c->weights = memory(c->wei_md, ctx.engine);
+    return c;
+}
+
+}  // namespace
+
+extern "C" {
+
+void* wb_dnnl_context_new(void) {
+    try {
+        return new Context();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "wb_dnnl: no oneDNN CPU engine: %s\n", e.what());
+        return nullptr;
+    }
+}
+
+void wb_dnnl_context_free(void* ctx) { delete static_cast<Context*>(ctx); }
+
+int wb_dnnl_conv_check(const wb_conv_desc* d, char* info, int size) {
+    std::string text;
+    int rc = 0;
+    try {
+        Context ctx;
+        auto c = make_conv(ctx, d);
+        text = c->impl;
+        if (c->reorder_src) text += " +reorder src";
+        if (c->reorder_dst) text += " +reorder dst";
+    } catch (const std::exception& e) {
+        text = e.what();
+        rc = 1;
+    }
+    std::snprintf(info, size, "%s", text.c_str());
+    return rc;
+}
+
+int wb_dnnl_conv(void* handle, const wb_conv_desc* d, const float* src, const float* w,
+                 const float* bias, const float* add, float* dst) {
+    if (!handle) return 1;
+    auto& ctx = *static_cast<Context*>(handle);
+    try {
+        Conv* c;
+        {
+            std::lock_guard<std::mutex> guard(ctx.lock);
+            auto& slot = ctx.convs[d];
+            if (!slot || std::memcmp(&slot->desc, d, sizeof *d) != 0) slot = make_conv(ctx, d);
+            c = slot.get();
+        }
+        auto& eng = ctx.engine;
+        auto& s = ctx.stream;
+        unsigned long long h = sample(w, c->weight_count);
+        if (c->weights_of != w || c->weights_sample != h) {
+            memory user(c->user_wei, eng, const_cast<float*>(w));
+            dnnl::reorder(user, c->weights).execute(s, user, c->weights);
+            c->weights_of = w;
+            c->weights_sample = h;
+        }
+        memory user_src(c->user_src, eng, const_cast<float*>(src));
+        memory user_dst(c->user_dst, eng, dst);
+        memory src_mem = user_src, dst_mem = c->reorder_dst ? c->dst_tmp : user_dst;
+        if (c->add_index >= 0) {  // the residual into the destination, for the sum post-op
+            memory user_add(c->user_dst, eng, const_cast<float*>(add));
+            if (c->reorder_dst || add != dst)
+                dnnl::reorder(user_add, dst_mem).execute(s, user_add, dst_mem);
+        }
+        if (c->reorder_src) {
+            dnnl::reorder(user_src, c->src_tmp).execute(s, user_src, c->src_tmp);
+            src_mem = c->src_tmp;
+        }
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, c->weights},
+                                             {DNNL_ARG_DST, dst_mem}};
+        if (d->has_bias) args[DNNL_ARG_BIAS] = memory(c->bias_md, eng, const_cast<float*>(bias));
+        c->prim.execute(s, args);
+        if (c->reorder_dst) dnnl::reorder(c->dst_tmp, user_dst).execute(s, c->dst_tmp, user_dst);
+        s.wait();
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "wb_dnnl: convolution failed: %s\n", e.what());
+        return 2;
+    }
+}
+
+}  // extern "C"

@@ -1,0 +1,37 @@
+// C interface of libwb_dnnl.so (wb_dnnl.cpp): what generated programs include.
+#ifndef WB_DNNL_H
+#define WB_DNNL_H
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { WB_POST_ADD = 1, WB_POST_RELU, WB_POST_CLIP, WB_POST_SWISH, WB_POST_HARDSWISH,
+       WB_POST_SIGMOID };
+enum { WB_LAYOUT_CALLER = 0, WB_LAYOUT_LIBRARY = 1 };
+#define WB_MAX_POST 4
+
+typedef struct {
+    int nsp;                       // spatial dimensions: 1, 2 or 3
+    long n, c, m, groups;          // batch, input and output channels, groups
+    long in[3], out[3], k[3], stride[3], dil[3], pad_l[3], pad_r[3];
+    long src_strides[5], dst_strides[5];  // in elements: the caller's layouts
+    int has_bias;
+    int layout;                    // WB_LAYOUT_*: run in the caller's layout when fast
+    int n_post;                    // post-ops in order: dst = post_k(...post_0(conv + bias))
+    int post[WB_MAX_POST];
+    float alpha[WB_MAX_POST], beta[WB_MAX_POST];
+} wb_conv_desc;
+
+void* wb_dnnl_context_new(void);
+void wb_dnnl_context_free(void* ctx);
+// 0 on success. ``add`` is the residual (same layout as dst) when a post-op is WB_POST_ADD.
+int wb_dnnl_conv(void* ctx, const wb_conv_desc* d, const float* src, const float* w,
+                 const float* bias, const float* add, float* dst);
+// Whether oneDNN has this convolution: 0 and the implementation's name in ``info``, or 1
+// and the reason.
+int wb_dnnl_conv_check(const wb_conv_desc* d, char* info, int size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

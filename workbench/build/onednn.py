@@ -1,0 +1,136 @@
+"""oneDNN for convolutions: found at build time like BLAS, through a small shim.
+
+pip's ``onednn-cpu-gomp`` (+ ``-devel``) puts ``libdnnl.so`` and its headers in
+the environment's ``lib``/``include`` (built on GNU OpenMP, as DaCe's programs
+are). Generated programs do not include ``dnnl.hpp`` (it would add seconds to
+every build): ``native/wb_dnnl.cpp`` is compiled once per machine and oneDNN
+version into ``libwb_dnnl.so`` under the cache, and programs include its C
+header ``wb_dnnl.h`` and link it through the DaCe environment ``WorkbenchOneDNN``.
+``WORKBENCH_ONEDNN=0`` turns it off; ``WORKBENCH_ONEDNN_ROOT`` names another
+installation (a folder with ``include/dnnl.hpp`` and ``lib/libdnnl.so``).
+"""
+import ctypes
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import dace.library
+
+from workbench.build.settings import cache_dir
+
+NATIVE = Path(__file__).parent / "native"
+_lock = threading.Lock()
+_built = {}
+
+POST = {"add": 1, "relu": 2, "clip": 3, "swish": 4, "hardswish": 5, "sigmoid": 6}
+MAX_POST = 4
+
+
+class ConvDesc(ctypes.Structure):
+    """``wb_conv_desc`` of wb_dnnl.h."""
+    _fields_ = [("nsp", ctypes.c_int), ("n", ctypes.c_long), ("c", ctypes.c_long),
+                ("m", ctypes.c_long), ("groups", ctypes.c_long)] + [
+        (f, ctypes.c_long * 3) for f in ("in_", "out", "k", "stride", "dil", "pad_l", "pad_r")] + [
+        ("src_strides", ctypes.c_long * 5), ("dst_strides", ctypes.c_long * 5),
+        ("has_bias", ctypes.c_int), ("layout", ctypes.c_int), ("n_post", ctypes.c_int),
+        ("post", ctypes.c_int * MAX_POST), ("alpha", ctypes.c_float * MAX_POST),
+        ("beta", ctypes.c_float * MAX_POST)]
+
+
+def root():
+    """The oneDNN installation (a folder with include/ and lib/), or None."""
+    if os.environ.get("WORKBENCH_ONEDNN", "1").strip().lower() in ("0", "no", "off", "false"):
+        return None
+    for base in filter(None, (os.environ.get("WORKBENCH_ONEDNN_ROOT"), sys.prefix, sys.base_prefix,
+                              "/usr", "/usr/local")):
+        base = Path(base)
+        if (base / "include" / "dnnl.hpp").exists() and any(
+                (base / lib / "libdnnl.so").exists() for lib in ("lib", "lib64")):
+            return base
+    return None
+
+
+def shim():
+    """Path of libwb_dnnl.so for this oneDNN (built on first use), or None without oneDNN."""
+    base = root()
+    if base is None:
+        return None
+    libdir = next(base / lib for lib in ("lib", "lib64") if (base / lib / "libdnnl.so").exists())
+    source = (NATIVE / "wb_dnnl.cpp").read_bytes() + (NATIVE / "wb_dnnl.h").read_bytes()
+    version = (base / "include" / "oneapi" / "dnnl" / "dnnl_version.h")
+    key = hashlib.sha256(source + str(libdir).encode() + (
+        version.read_bytes() if version.exists() else b"")).hexdigest()[:16]
+    with _lock:
+        if key in _built:
+            return _built[key]
+        out = cache_dir() / "native" / key / "libwb_dnnl.so"
+        if not out.exists():
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = out.with_suffix(f".{os.getpid()}.tmp")
+            cmd = [os.environ.get("CXX", "g++"), "-O2", "-std=c++17", "-fPIC", "-shared",
+                   f"-I{base / 'include'}", f"-I{NATIVE}", str(NATIVE / "wb_dnnl.cpp"),
+                   f"-L{libdir}", "-ldnnl", f"-Wl,-rpath,{libdir}", "-o", str(tmp)]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode:
+                raise RuntimeError("building the oneDNN shim failed:\n" + " ".join(cmd) + "\n"
+                                   + done.stderr[-2000:])
+            os.replace(tmp, out)  # atomic: parallel builders see all or nothing
+        _built[key] = out
+        return out
+
+
+def available() -> bool:
+    try:
+        return shim() is not None
+    except RuntimeError:
+        return False
+
+
+_handle = []
+
+
+def _lib():
+    if not _handle:
+        lib = ctypes.CDLL(str(shim()))
+        lib.wb_dnnl_conv_check.argtypes = [ctypes.POINTER(ConvDesc), ctypes.c_char_p, ctypes.c_int]
+        lib.wb_dnnl_context_new.restype = ctypes.c_void_p
+        lib.wb_dnnl_context_free.argtypes = [ctypes.c_void_p]
+        lib.wb_dnnl_conv.argtypes = [ctypes.c_void_p, ctypes.POINTER(ConvDesc)] + [
+            ctypes.c_void_p] * 5
+        _handle.append(lib)
+    return _handle[0]
+
+
+def check(desc: ConvDesc):
+    """(True, oneDNN's kernel name) or (False, why oneDNN refuses the convolution)."""
+    info = ctypes.create_string_buffer(512)
+    rc = _lib().wb_dnnl_conv_check(ctypes.byref(desc), info, len(info))
+    return rc == 0, info.value.decode(errors="replace")
+
+
+@dace.library.environment
+class WorkbenchOneDNN:
+    """The shim and oneDNN, for tasklets that call wb_dnnl_conv (one context per program)."""
+    cmake_minimum_version = None
+    cmake_packages = []
+    cmake_variables = {}
+    cmake_compile_flags = []
+    cmake_link_flags = []
+    cmake_files = []
+    headers = ["wb_dnnl.h"]
+    state_fields = ["void* wb_dnnl;"]
+    init_code = "__state->wb_dnnl = wb_dnnl_context_new();"
+    finalize_code = "wb_dnnl_context_free(__state->wb_dnnl);"
+    dependencies = []
+
+    @staticmethod
+    def cmake_includes():
+        return [str(NATIVE)]
+
+    @staticmethod
+    def cmake_libraries():
+        lib = shim()
+        return [str(lib)] if lib else []

@@ -1,0 +1,278 @@
+"""Conv on oneDNN (implementation ``onednn``), with its epilogue as post-ops.
+
+One C++ tasklet calls ``wb_dnnl_conv`` (workbench/build/native/wb_dnnl.cpp)
+with a static descriptor of the convolution: shapes, pads, the arrays' own
+strides (row-major NCHW, or channels-last after the ChannelsLast
+transformation: the library reads either as it lies) and up to four
+post-ops. The weights are reordered into the library's layout on the first
+call and kept while the program lives.
+
+A ``ConvEpilogue`` whose program is a chain oneDNN has as post-ops (a
+residual Add of a tensor of the output's shape, ReLU, Clip, SiLU, HardSwish,
+Sigmoid) is one library call; any other epilogue runs as the generic
+core-then-sweep of ``fused.py``.
+"""
+import ast
+import dataclasses
+from dataclasses import dataclass, field
+
+import dace
+
+from workbench.build import onednn
+from workbench.build.settings import target
+from workbench.ops.index_maps import strides as row_major
+from workbench.ops.registry import implements, schema_defaults
+from workbench.ops.window import sliding_window
+
+MAX_POST = onednn.MAX_POST
+
+
+@dataclass
+class PostOps:
+    ops: list = field(default_factory=list)  # (kind, alpha, beta), innermost first
+    residual: str = None                     # the connector an "add" reads
+
+
+def conv_desc(call, x, w, y, has_bias: bool, post: PostOps = None) -> onednn.ConvDesc:
+    """The call's convolution as the shim's descriptor (raises call.fail when it has none)."""
+    xs, ws, ys = call.shape(x), call.shape(w), call.shape(y)
+    nsp = len(xs) - 2
+    if not 1 <= nsp <= 3:
+        raise call.fail(f"oneDNN convolutions have 1 to 3 spatial dimensions, not {nsp}")
+    if call.dtype(x) != dace.float32 or call.dtype(w) != dace.float32:
+        raise call.fail("the oneDNN implementation is float32 only")
+    win = sliding_window(call, xs, ys, ws[2:])
+    d = onednn.ConvDesc()
+    d.nsp, d.n, d.c, d.m, d.groups = nsp, xs[0], xs[1], ys[1], call.attr("group", 1)
+    for i in range(nsp):
+        d.in_[i], d.out[i], d.k[i] = xs[2 + i], ys[2 + i], ws[2 + i]
+        d.stride[i], d.dil[i] = win.strides[i], win.dilations[i]
+        d.pad_l[i], d.pad_r[i] = win.begin[i], win.end[i]
+    for i, s in enumerate(_strides(call, x)):
+        d.src_strides[i] = s
+    for i, s in enumerate(_strides(call, y)):
+        d.dst_strides[i] = s
+    d.has_bias = int(has_bias)
+    d.layout = 0
+    for i, (kind, alpha, beta) in enumerate((post or PostOps()).ops):
+        d.post[i], d.alpha[i], d.beta[i] = onednn.POST[kind], alpha, beta
+    d.n_post = len((post or PostOps()).ops)
+    return d
+
+
+def _strides(call, conn) -> tuple:
+    return tuple(int(s) for s in call._desc(conn).strides)
+
+
+def _c_desc(d: onednn.ConvDesc) -> str:
+    """The descriptor as a C initializer (field order of wb_dnnl.h)."""
+    def arr(values):
+        return "{" + ", ".join(str(v) for v in values) + "}"
+    floats = lambda values: "{" + ", ".join(f"{float(v)!r}f" for v in values) + "}"  # noqa: E731
+    parts = [str(d.nsp), str(d.n), str(d.c), str(d.m), str(d.groups)]
+    parts += [arr(getattr(d, f)) for f in ("in_", "out", "k", "stride", "dil", "pad_l", "pad_r")]
+    parts += [arr(d.src_strides), arr(d.dst_strides), str(d.has_bias), str(d.layout),
+              str(d.n_post), arr(d.post), floats(d.alpha), floats(d.beta)]
+    return "{" + ", ".join(parts) + "}"
+
+
+def library_sdfg(call, x, w, b, y, post: PostOps = None):
+    """One tasklet: Y = post-ops(conv(X, W) + B), the arrays at their own strides."""
+    if target() != "cpu":
+        raise call.fail("oneDNN runs on the CPU; choose another implementation for GPU builds")
+    if not onednn.available():
+        raise call.fail("oneDNN is not installed (pip install onednn-cpu-gomp "
+                        "onednn-devel-cpu-gomp; see README 'Kernel libraries')")
+    d = conv_desc(call, x, w, y, b is not None, post)
+    ok, why = onednn.check(d)
+    if not ok:
+        raise call.fail(f"oneDNN has no kernel for this convolution: {why}")
+    sdfg = dace.SDFG("conv_onednn")
+    state = sdfg.add_state()
+    for conn, desc in {**call.inputs, **call.outputs}.items():
+        sdfg.add_array(conn, desc.shape, desc.dtype, strides=desc.strides,
+                       total_size=desc.total_size)
+    operands = {"__x": x, "__w": w}
+    if b is not None:
+        operands["__b"] = b
+    residual = post.residual if post else None
+    if residual is not None:
+        operands["__r"] = residual
+    args = ", ".join(name if name in operands else "nullptr"
+                     for name in ("__x", "__w", "__b", "__r"))
+    code = (f"static const wb_conv_desc desc_ = {_c_desc(d)};\n"
+            f"if (wb_dnnl_conv(__state->wb_dnnl, &desc_, {args}, __y) != 0) {{\n"
+            f"  fprintf(stderr, \"oneDNN convolution {call.name} failed\\n\");\n"
+            f"  abort();\n}}")
+    tasklet = state.add_tasklet(f"{call.node.label}_onednn", set(operands), {"__y"}, code,
+                                language=dace.Language.CPP)
+    tasklet.environments = {onednn.WorkbenchOneDNN.full_class_path()}
+    for conn, array in operands.items():
+        state.add_edge(state.add_read(array), None, tasklet, conn,
+                       dace.Memlet.from_array(array, sdfg.arrays[array]))
+    state.add_edge(tasklet, "__y", state.add_write(y), None,
+                   dace.Memlet.from_array(y, sdfg.arrays[y]))
+    return sdfg
+
+
+@implements("Conv", impl="onednn")
+def conv_onednn(call):
+    return library_sdfg(call, call.input(0), call.input(1), call.input(2), call.output(0))
+
+
+def epilogue_on_library(call):
+    """A ConvEpilogue as one library call when its program is a post-op chain, else None."""
+    core_inputs = call.attr("core_inputs")
+    y = call.output(0)
+    post = post_ops(call.attr("code"), {
+        c: call.shape(c) == call.shape(y) and _strides(call, c) == _strides(call, y)
+        and call.dtype(c) == call.dtype(y)
+        for c in call.node.onnx_inputs if c and c not in core_inputs})
+    if post is None or call.attr("row"):
+        return None
+    x, w = core_inputs[0], core_inputs[1]
+    b = core_inputs[2] if len(core_inputs) > 2 and core_inputs[2] else None
+    return library_sdfg(core_call(call), x, w, b, y, post)
+
+
+def core_call(call):
+    """A ConvEpilogue's call as its Conv core sees it (the core's attributes)."""
+    attrs = {**schema_defaults("Conv", call.node.opset), **call.attr("core_attrs")}
+    return dataclasses.replace(call, attrs=attrs)
+
+
+# -- the epilogue program as oneDNN post-ops ---------------------------------------
+def post_ops(code: str, tensors: dict):
+    """PostOps for an epilogue program (``name = expression`` lines ending in ``y0``)
+    over the product ``acc``, or None when it is not such a chain. ``tensors``: input
+    connector -> whether it may be the residual (same shape, strides and dtype as Y)."""
+    env = {}
+    try:
+        for line in code.splitlines():
+            name, expr = (part.strip() for part in line.split("=", 1))
+            env[name] = _substitute(ast.parse(expr, mode="eval").body, env)
+    except (SyntaxError, ValueError):
+        return None
+    if "y0" not in env:
+        return None
+    post = PostOps()
+    if not _peel(env["y0"], post, tensors) or len(post.ops) > MAX_POST:
+        return None
+    return post
+
+
+def _substitute(tree, env):
+    class Sub(ast.NodeTransformer):
+        def visit_Name(self, node):
+            return env.get(node.id, node)
+    return Sub().visit(tree)
+
+
+def _same(a, b) -> bool:
+    return ast.dump(a) == ast.dump(b)
+
+
+def _number(node):
+    """A numeric constant: ``6``, ``-1.5``, ``dace.float32(6.0)``; else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return float(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _number(node.operand)
+        return None if inner is None else -inner
+    if (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords
+            and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "dace" and node.func.attr in ("float32", "float64")):
+        return _number(node.args[0])
+    return None
+
+
+def _call(node, name, arity):
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == name and len(node.args) == arity and not node.keywords)
+
+
+def _sigmoid_of(node):
+    """X when node is ``1 / (1 + exp(-X))``."""
+    if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and _number(node.left) == 1
+            and isinstance(node.right, ast.BinOp) and isinstance(node.right.op, ast.Add)
+            and _number(node.right.left) == 1 and _call(node.right.right, "exp", 1)):
+        arg = node.right.right.args[0]
+        if isinstance(arg, ast.UnaryOp) and isinstance(arg.op, ast.USub):
+            return arg.operand
+    return None
+
+
+def _hard_gate_of(node):
+    """X when node is ``max(0, min(1, X / 6 + 0.5))`` (HardSwish's gate)."""
+    if not (_call(node, "max", 2) and _number(node.args[0]) == 0 and _call(node.args[1], "min", 2)
+            and _number(node.args[1].args[0]) == 1):
+        return None
+    lin = node.args[1].args[1]
+    if (isinstance(lin, ast.BinOp) and isinstance(lin.op, ast.Add) and _number(lin.right) == 0.5
+            and isinstance(lin.left, ast.BinOp) and isinstance(lin.left.op, ast.Div)
+            and _number(lin.left.right) == 6):
+        return lin.left.left
+    return None
+
+
+def _clip_of(node):
+    """(X, lo, hi) for ONNX Clip's program ``hi if lo > hi else (hi if X > hi else (lo if
+    X < lo else X))`` with constant bounds."""
+    def compare(test, op):
+        if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], op)):
+            return test.left, test.comparators[0]
+        return None
+    if not isinstance(node, ast.IfExp) or compare(node.test, ast.Gt) is None:
+        return None
+    lo, hi = (_number(v) for v in compare(node.test, ast.Gt))
+    upper = node.orelse
+    if lo is None or hi is None or _number(node.body) != hi or not isinstance(upper, ast.IfExp):
+        return None
+    above, lower = compare(upper.test, ast.Gt), upper.orelse
+    if above is None or _number(above[1]) != hi or _number(upper.body) != hi:
+        return None
+    if not isinstance(lower, ast.IfExp):
+        return None
+    below = compare(lower.test, ast.Lt)
+    x = above[0]
+    if (below is None or _number(below[1]) != lo or _number(lower.body) != lo
+            or not _same(below[0], x) or not _same(lower.orelse, x)):
+        return None
+    return x, lo, hi
+
+
+def _peel(node, post: PostOps, tensors: dict) -> bool:
+    """Fill ``post`` with the operators applied to ``acc`` in ``node``, innermost first."""
+    if isinstance(node, ast.Name) and node.id == "acc":
+        return True
+    if _call(node, "max", 2):
+        zero = [i for i, a in enumerate(node.args) if _number(a) == 0]
+        if zero:
+            return _add(post, _peel(node.args[1 - zero[0]], post, tensors), ("relu", 0.0, 0.0))
+    clip = _clip_of(node)
+    if clip is not None:
+        return _add(post, _peel(clip[0], post, tensors), ("clip", clip[1], clip[2]))
+    inner = _sigmoid_of(node)
+    if inner is not None:
+        return _add(post, _peel(inner, post, tensors), ("sigmoid", 1.0, 0.0))
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        for x, gate in ((node.left, node.right), (node.right, node.left)):
+            if _same(_sigmoid_of(gate) or ast.Pass(), x):
+                return _add(post, _peel(x, post, tensors), ("swish", 1.0, 0.0))
+            if _same(_hard_gate_of(gate) or ast.Pass(), x):
+                return _add(post, _peel(x, post, tensors), ("hardswish", 1 / 6, 0.5))
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and post.residual is None:
+        for x, other in ((node.left, node.right), (node.right, node.left)):
+            if isinstance(other, ast.Name) and tensors.get(other.id):
+                post.residual = other.id
+                if _peel(x, post, tensors):
+                    post.ops.append(("add", 0.0, 0.0))
+                    return True
+                post.residual = None
+    return False
+
+
+def _add(post: PostOps, ok: bool, op) -> bool:
+    if ok:
+        post.ops.append(op)
+    return ok
