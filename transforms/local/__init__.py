@@ -1,2 +1,3 @@
 """Local level: one operator's implementation."""
-from transforms.local import conv_library, dace_maps, expand, implementation, schedule, vectorize  # noqa: F401
+from transforms.local import (dace_maps, expand, implementation, library_kernels, schedule,  # noqa: F401
+                              vectorize)

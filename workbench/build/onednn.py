@@ -40,6 +40,17 @@ class ConvDesc(ctypes.Structure):
         ("beta", ctypes.c_float * MAX_POST)]
 
 
+class PoolDesc(ctypes.Structure):
+    """``wb_pool_desc`` of wb_dnnl.h."""
+    _fields_ = [("nsp", ctypes.c_int), ("n", ctypes.c_long), ("c", ctypes.c_long)] + [
+        (f, ctypes.c_long * 3) for f in ("in_", "out", "k", "stride", "dil", "pad_l", "pad_r")] + [
+        ("src_strides", ctypes.c_long * 5), ("dst_strides", ctypes.c_long * 5),
+        ("algorithm", ctypes.c_int)]
+
+
+POOL = {"max": 1, "avg_include_pad": 2, "avg_exclude_pad": 3}
+
+
 def root():
     """The oneDNN installation (a folder with include/ and lib/), or None."""
     if os.environ.get("WORKBENCH_ONEDNN", "1").strip().lower() in ("0", "no", "off", "false"):
@@ -96,6 +107,7 @@ def _lib():
     if not _handle:
         lib = ctypes.CDLL(str(shim()))
         lib.wb_dnnl_conv_check.argtypes = [ctypes.POINTER(ConvDesc), ctypes.c_char_p, ctypes.c_int]
+        lib.wb_dnnl_pool_check.argtypes = [ctypes.POINTER(PoolDesc), ctypes.c_char_p, ctypes.c_int]
         lib.wb_dnnl_context_new.restype = ctypes.c_void_p
         lib.wb_dnnl_context_free.argtypes = [ctypes.c_void_p]
         lib.wb_dnnl_conv.argtypes = [ctypes.c_void_p, ctypes.POINTER(ConvDesc)] + [
@@ -104,11 +116,23 @@ def _lib():
     return _handle[0]
 
 
-def check(desc: ConvDesc):
-    """(True, oneDNN's kernel name) or (False, why oneDNN refuses the convolution)."""
+def check(desc):
+    """(True, oneDNN's kernel name) or (False, why oneDNN refuses) for a ConvDesc/PoolDesc."""
     info = ctypes.create_string_buffer(512)
-    rc = _lib().wb_dnnl_conv_check(ctypes.byref(desc), info, len(info))
+    fn = _lib().wb_dnnl_conv_check if isinstance(desc, ConvDesc) else _lib().wb_dnnl_pool_check
+    rc = fn(ctypes.byref(desc), info, len(info))
     return rc == 0, info.value.decode(errors="replace")
+
+
+def c_initializer(desc) -> str:
+    """A ConvDesc/PoolDesc as a C initializer, in its fields' order."""
+    def value(v):
+        if isinstance(v, float):
+            return f"{v!r}f"
+        if isinstance(v, ctypes.Array):
+            return "{" + ", ".join(value(x) for x in v) + "}"
+        return str(v)
+    return "{" + ", ".join(value(getattr(desc, name)) for name, _ in desc._fields_) + "}"
 
 
 @dace.library.environment

@@ -48,9 +48,9 @@ def conv_desc(call, x, w, y, has_bias: bool, post: PostOps = None) -> onednn.Con
         d.in_[i], d.out[i], d.k[i] = xs[2 + i], ys[2 + i], ws[2 + i]
         d.stride[i], d.dil[i] = win.strides[i], win.dilations[i]
         d.pad_l[i], d.pad_r[i] = win.begin[i], win.end[i]
-    for i, s in enumerate(_strides(call, x)):
+    for i, s in enumerate(strides_of(call, x)):
         d.src_strides[i] = s
-    for i, s in enumerate(_strides(call, y)):
+    for i, s in enumerate(strides_of(call, y)):
         d.dst_strides[i] = s
     d.has_bias = int(has_bias)
     d.layout = 0
@@ -60,49 +60,49 @@ def conv_desc(call, x, w, y, has_bias: bool, post: PostOps = None) -> onednn.Con
     return d
 
 
-def _strides(call, conn) -> tuple:
+def strides_of(call, conn) -> tuple:
     return tuple(int(s) for s in call._desc(conn).strides)
-
-
-def _c_desc(d: onednn.ConvDesc) -> str:
-    """The descriptor as a C initializer (field order of wb_dnnl.h)."""
-    def arr(values):
-        return "{" + ", ".join(str(v) for v in values) + "}"
-    floats = lambda values: "{" + ", ".join(f"{float(v)!r}f" for v in values) + "}"  # noqa: E731
-    parts = [str(d.nsp), str(d.n), str(d.c), str(d.m), str(d.groups)]
-    parts += [arr(getattr(d, f)) for f in ("in_", "out", "k", "stride", "dil", "pad_l", "pad_r")]
-    parts += [arr(d.src_strides), arr(d.dst_strides), str(d.has_bias), str(d.layout),
-              str(d.n_post), arr(d.post), floats(d.alpha), floats(d.beta)]
-    return "{" + ", ".join(parts) + "}"
 
 
 def library_sdfg(call, x, w, b, y, post: PostOps = None):
     """One tasklet: Y = post-ops(conv(X, W) + B), the arrays at their own strides."""
+    library_ready(call)
+    d = conv_desc(call, x, w, y, b is not None, post)
+    operands = {"__x": x, "__w": w}
+    if b is not None:
+        operands["__b"] = b
+    if post is not None and post.residual is not None:
+        operands["__r"] = post.residual
+    args = ", ".join(name if name in operands else "nullptr"
+                     for name in ("__x", "__w", "__b", "__r"))
+    return library_call(call, "convolution", d, operands, y, f"wb_dnnl_conv(__state->wb_dnnl, "
+                        f"&desc_, {args}, __y)")
+
+
+def library_ready(call):
+    """Raise call.fail unless this build can use oneDNN."""
     if target() != "cpu":
         raise call.fail("oneDNN runs on the CPU; choose another implementation for GPU builds")
     if not onednn.available():
         raise call.fail("oneDNN is not installed (pip install onednn-cpu-gomp "
                         "onednn-devel-cpu-gomp; see README 'Kernel libraries')")
-    d = conv_desc(call, x, w, y, b is not None, post)
-    ok, why = onednn.check(d)
+
+
+def library_call(call, what: str, desc, operands: dict, y: str, invocation: str):
+    """An SDFG of one C++ tasklet running ``invocation`` (a shim call returning 0 on success)
+    with ``desc_`` the static descriptor; the arrays keep the strides they have outside."""
+    ok, why = onednn.check(desc)
     if not ok:
-        raise call.fail(f"oneDNN has no kernel for this convolution: {why}")
-    sdfg = dace.SDFG("conv_onednn")
+        raise call.fail(f"oneDNN has no kernel for this {what}: {why}")
+    sdfg = dace.SDFG(f"{what}_onednn")
     state = sdfg.add_state()
-    for conn, desc in {**call.inputs, **call.outputs}.items():
-        sdfg.add_array(conn, desc.shape, desc.dtype, strides=desc.strides,
-                       total_size=desc.total_size)
-    operands = {"__x": x, "__w": w}
-    if b is not None:
-        operands["__b"] = b
-    residual = post.residual if post else None
-    if residual is not None:
-        operands["__r"] = residual
-    args = ", ".join(name if name in operands else "nullptr"
-                     for name in ("__x", "__w", "__b", "__r"))
-    code = (f"static const wb_conv_desc desc_ = {_c_desc(d)};\n"
-            f"if (wb_dnnl_conv(__state->wb_dnnl, &desc_, {args}, __y) != 0) {{\n"
-            f"  fprintf(stderr, \"oneDNN convolution {call.name} failed\\n\");\n"
+    for conn, array in {**call.inputs, **call.outputs}.items():
+        sdfg.add_array(conn, array.shape, array.dtype, strides=array.strides,
+                       total_size=array.total_size)
+    code = (f"static const {'wb_conv_desc' if what == 'convolution' else 'wb_pool_desc'} "
+            f"desc_ = {onednn.c_initializer(desc)};\n"
+            f"if ({invocation} != 0) {{\n"
+            f"  fprintf(stderr, \"oneDNN {what} {call.name} failed\\n\");\n"
             f"  abort();\n}}")
     tasklet = state.add_tasklet(f"{call.node.label}_onednn", set(operands), {"__y"}, code,
                                 language=dace.Language.CPP)
@@ -125,7 +125,7 @@ def epilogue_on_library(call):
     core_inputs = call.attr("core_inputs")
     y = call.output(0)
     post = post_ops(call.attr("code"), {
-        c: call.shape(c) == call.shape(y) and _strides(call, c) == _strides(call, y)
+        c: call.shape(c) == call.shape(y) and strides_of(call, c) == strides_of(call, y)
         and call.dtype(c) == call.dtype(y)
         for c in call.node.onnx_inputs if c and c not in core_inputs})
     if post is None or call.attr("row"):

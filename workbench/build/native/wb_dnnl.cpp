@@ -68,10 +68,18 @@ struct Conv {
     memory src_tmp, dst_tmp;
 };
 
+struct Pool {
+    wb_pool_desc desc;
+    dnnl::pooling_forward prim;
+    memory::desc user_src, user_dst;
+    std::string impl;
+};
+
 struct Context {
     dnnl::engine engine{dnnl::engine::kind::cpu, 0};
     dnnl::stream stream{engine};
     std::unordered_map<const wb_conv_desc*, std::unique_ptr<Conv>> convs;
+    std::unordered_map<const wb_pool_desc*, std::unique_ptr<Pool>> pools;
     std::mutex lock;
     std::string error;
 };
@@ -152,9 +160,72 @@ std::unique_ptr<Conv> make_conv(Context& ctx, const wb_conv_desc* d) {
     return c;
 }
 
+// Pooling reads and writes the caller's layouts as they are: channels-last data
+// (ChannelsLast) gets the library's fast kernels with no reorder.
+std::unique_ptr<Pool> make_pool(Context& ctx, const wb_pool_desc* d) {
+    auto p = std::make_unique<Pool>();
+    p->desc = *d;
+    int nd = d->nsp + 2;
+    memory::dims src_dims{d->n, d->c}, dst_dims{d->n, d->c}, k, stride, dil, pl, pr;
+    for (int i = 0; i < d->nsp; ++i) {
+        src_dims.push_back(d->in[i]);
+        dst_dims.push_back(d->out[i]);
+        k.push_back(d->k[i]);
+        stride.push_back(d->stride[i]);
+        dil.push_back(d->dil[i] - 1);
+        pl.push_back(d->pad_l[i]);
+        pr.push_back(d->pad_r[i]);
+    }
+    p->user_src = memory::desc(src_dims, dt::f32, dims_of(d->src_strides, nd));
+    p->user_dst = memory::desc(dst_dims, dt::f32, dims_of(d->dst_strides, nd));
+    auto alg = d->algorithm == WB_POOL_MAX ? dnnl::algorithm::pooling_max
+             : d->algorithm == WB_POOL_AVG_INCLUDE_PAD ? dnnl::algorithm::pooling_avg_include_padding
+             : dnnl::algorithm::pooling_avg_exclude_padding;
+    dnnl::pooling_forward::primitive_desc pd(ctx.engine, dnnl::prop_kind::forward_inference, alg,
+                                             p->user_src, p->user_dst, stride, k, dil, pl, pr);
+    p->prim = dnnl::pooling_forward(pd);
+    p->impl = pd.impl_info_str();
+    return p;
+}
+
 }  // namespace
 
 extern "C" {
+
+int wb_dnnl_pool(void* handle, const wb_pool_desc* d, const float* src, float* dst) {
+    if (!handle) return 1;
+    auto& ctx = *static_cast<Context*>(handle);
+    try {
+        Pool* p;
+        {
+            std::lock_guard<std::mutex> guard(ctx.lock);
+            auto& slot = ctx.pools[d];
+            if (!slot || std::memcmp(&slot->desc, d, sizeof *d) != 0) slot = make_pool(ctx, d);
+            p = slot.get();
+        }
+        memory s(p->user_src, ctx.engine, const_cast<float*>(src)), t(p->user_dst, ctx.engine, dst);
+        p->prim.execute(ctx.stream, {{DNNL_ARG_SRC, s}, {DNNL_ARG_DST, t}});
+        ctx.stream.wait();
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "wb_dnnl: pooling failed: %s\n", e.what());
+        return 2;
+    }
+}
+
+int wb_dnnl_pool_check(const wb_pool_desc* d, char* info, int size) {
+    std::string text;
+    int rc = 0;
+    try {
+        Context ctx;
+        text = make_pool(ctx, d)->impl;
+    } catch (const std::exception& e) {
+        text = e.what();
+        rc = 1;
+    }
+    std::snprintf(info, size, "%s", text.c_str());
+    return rc;
+}
 
 void* wb_dnnl_context_new(void) {
     try {

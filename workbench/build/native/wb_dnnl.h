@@ -22,6 +22,16 @@ typedef struct {
     float alpha[WB_MAX_POST], beta[WB_MAX_POST];
 } wb_conv_desc;
 
+enum { WB_POOL_MAX = 1, WB_POOL_AVG_INCLUDE_PAD, WB_POOL_AVG_EXCLUDE_PAD };
+
+typedef struct {
+    int nsp;                       // spatial dimensions: 1, 2 or 3
+    long n, c;
+    long in[3], out[3], k[3], stride[3], dil[3], pad_l[3], pad_r[3];
+    long src_strides[5], dst_strides[5];
+    int algorithm;                 // WB_POOL_*
+} wb_pool_desc;
+
 void* wb_dnnl_context_new(void);
 void wb_dnnl_context_free(void* ctx);
 // 0 on success. ``add`` is the residual (same layout as dst) when a post-op is WB_POST_ADD.
@@ -30,6 +40,9 @@ int wb_dnnl_conv(void* ctx, const wb_conv_desc* d, const float* src, const float
 // Whether oneDNN has this convolution: 0 and the implementation's name in ``info``, or 1
 // and the reason.
 int wb_dnnl_conv_check(const wb_conv_desc* d, char* info, int size);
+
+int wb_dnnl_pool(void* ctx, const wb_pool_desc* d, const float* src, float* dst);
+int wb_dnnl_pool_check(const wb_pool_desc* d, char* info, int size);
 
 #ifdef __cplusplus
 }

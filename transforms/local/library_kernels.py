@@ -1,0 +1,67 @@
+"""OnOneDNN: a convolution or pooling runs on oneDNN's kernels (implementation ``onednn``).
+
+Rules:
+1. Matches a Conv (or a ConvEpilogue around one), MaxPool without Indices,
+   AveragePool, GlobalAveragePool or GlobalMaxPool of float32 data with 1
+   to 3 spatial dimensions, not yet on oneDNN, when oneDNN is installed and
+   has a kernel for exactly this node other than its reference loops (asked
+   at find time; the match names the kernel, e.g. ``brgconv:avx2``).
+2. Only the implementation changes: the library reads the arrays at their
+   own strides and applies the bias and a post-op epilogue itself (see
+   workbench/ops/conv_onednn.py), so the program's meaning is the node's.
+Measured against onnxruntime per convolution shape in BENCHMARKS.md.
+"""
+from transforms.operator_transformation import OperatorTransformation
+from workbench.build import onednn
+from workbench.errors import UnsupportedCaseError
+from workbench.ops.conv_onednn import conv_desc, core_call
+from workbench.ops.pool_onednn import pool_desc
+from workbench.ops.registry import make_call
+from workbench.transformation_api import register
+
+POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
+
+
+def library_desc(call, node):
+    """The shim's descriptor of the node (raises UnsupportedCaseError when it has none)."""
+    if node.op_type in POOLS:
+        return pool_desc(call)
+    if node.op_type == "ConvEpilogue":
+        x, w = node.attrs["core_inputs"][:2]
+        bias = len(node.attrs["core_inputs"]) > 2 and bool(node.attrs["core_inputs"][2])
+        return conv_desc(core_call(call), x, w, call.output(0), bias)
+    return conv_desc(call, call.input(0), call.input(1), call.output(0),
+                     call.input(2) is not None)
+
+
+def onednn_kernel(sdfg, state, node):
+    """oneDNN's kernel name for the node, or None when it has none but its reference."""
+    if node.op_type == "ConvEpilogue" and node.attrs.get("core") != "Conv":
+        return None
+    try:
+        ok, kernel = onednn.check(library_desc(make_call(node, state, sdfg), node))
+    except (UnsupportedCaseError, StopIteration, KeyError):
+        return None
+    # oneDNN's reference kernels are plain loop nests, far slower than the workbench's own
+    return kernel if ok and not kernel.startswith("ref") else None
+
+
+@register
+class OnOneDNN(OperatorTransformation):
+    level = "local"
+    name = "OnOneDNN"
+    description = ("Run a convolution or pooling on oneDNN's kernels (weights reordered once, "
+                   "epilogue as post-ops)")
+    op_types = {"Conv", "ConvEpilogue"} | POOLS
+    refusal = "{match.description}: oneDNN no longer has a kernel for {node.onnx_name}"
+
+    def plan(self, sdfg, state, node, weights=None):
+        if node.implementation == "onednn" or not onednn.available():
+            return None
+        return onednn_kernel(sdfg, state, node)
+
+    def describe(self, node, kernel):
+        return f"{node.onnx_name}: {node.implementation} -> oneDNN {kernel.split(' ')[0]}"
+
+    def rewrite(self, sdfg, state, node, kernel, weights=None):
+        node.implementation = "onednn"
