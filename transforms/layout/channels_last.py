@@ -23,6 +23,8 @@ Rules:
 One match sets all chosen arrays. Bytes moved at operator boundaries stay
 the same; the reorders inside the convolution calls are what goes.
 """
+import math
+
 import dace
 
 from transforms.graph import access_nodes, onnx_ops
@@ -87,7 +89,8 @@ def _connector_arrays(state, node) -> dict:
 def _candidate(sdfg, name) -> bool:
     desc = sdfg.arrays[name]
     return (desc.transient and type(desc) is dace.data.Array and desc.dtype == dace.float32
-            and 3 <= len(desc.shape) <= 5 and desc.shape[1] > 1 and is_row_major(desc))
+            and 3 <= len(desc.shape) <= 5 and desc.shape[1] > 1 and is_row_major(desc)
+            and math.prod(desc.shape[2:]) > 1)  # else both layouts are the same bytes
 
 
 def choose(sdfg):

@@ -14,6 +14,7 @@ core-then-sweep of ``fused.py``.
 """
 import ast
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 import dace
@@ -41,6 +42,9 @@ def conv_desc(call, x, w, y, has_bias: bool, post: PostOps = None) -> onednn.Con
         raise call.fail(f"oneDNN convolutions have 1 to 3 spatial dimensions, not {nsp}")
     if call.dtype(x) != dace.float32 or call.dtype(w) != dace.float32:
         raise call.fail("the oneDNN implementation is float32 only")
+    if 1 in (math.prod(xs), math.prod(ws), math.prod(ys)):
+        # DaCe hands a tasklet a one-element array as a value, not a pointer
+        raise call.fail("a one-element operand (too small for a library call)")
     win = sliding_window(call, xs, ys, ws[2:])
     d = onednn.ConvDesc()
     d.nsp, d.n, d.c, d.m, d.groups = nsp, xs[0], xs[1], ys[1], call.attr("group", 1)
