@@ -1,7 +1,11 @@
 """ChooseImplementation: pick how one operator expands (pure, BLAS, im2col, ...)."""
+from transforms.layout.views import is_row_major
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops import implementations_of
 from workbench.transformation_api import register
+
+
+STRIDED = {"onednn"}  # implementations that read operands at any strides
 
 
 @register
@@ -18,7 +22,14 @@ class ChooseImplementation(OperatorTransformation):
 
     def plan(self, sdfg, state, node, weights=None, implementation=None):
         # applying the implementation it has already is harmless (a replayed recipe)
-        return implementation if implementation in implementations_of(node.op_type) else None
+        if implementation not in implementations_of(node.op_type):
+            return None
+        # only library calls read channels-last (ChannelsLast) operands as they lie
+        if implementation not in STRIDED and not all(
+                is_row_major(sdfg.arrays[e.data.data])
+                for e in state.in_edges(node) + state.out_edges(node) if e.data.data):
+            return None
+        return implementation
 
     def describe(self, node, impl):
         return f"{node.onnx_name}: {node.implementation} -> {impl}"
