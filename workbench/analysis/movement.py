@@ -10,7 +10,10 @@ Rules:
    A subset whose size depends on symbols counts as the whole array.
 3. The edge through which a View aliases its data, and arrays in
    registers, move nothing (operators reading or writing a View do move).
-4. Each counted edge belongs to the top-level node it feeds or leaves in
+4. An implementation that moves data inside itself beyond its edges (a
+   library's reorders between layouts) adds those bytes to its operator
+   (``workbench.ops.registry.moves_inside``).
+5. Each counted edge belongs to the top-level node it feeds or leaves in
    the program's main state; that node names the ONNX operator: an
    ``OnnxOp`` its ``onnx_name``; an expanded operator's maps, tasklets and
    library nodes carry the OnnxOp's name as a label prefix (see
@@ -26,7 +29,7 @@ from dace.sdfg import nodes
 from dace.sdfg.propagation import propagate_memlets_sdfg
 
 from workbench.ops.node import OnnxOp
-from workbench.ops.registry import OWNER_SEPARATOR
+from workbench.ops.registry import OWNER_SEPARATOR, moved_inside
 
 
 @dataclass
@@ -73,6 +76,10 @@ def _movement(sdfg: dace.SDFG, names: dict) -> DataMovement:
             for node, name in _counted_edges(edge, state, sdfg, names):
                 per_op[owners.get(node, name)] += _edge_bytes(edge, sdfg)
         for node in state.nodes():
+            if isinstance(node, OnnxOp):
+                inside = moved_inside(node, state, sdfg)
+                if inside:
+                    per_op[owners.get(node, operator_name(node, names))] += inside
             if isinstance(node, nodes.NestedSDFG) and state.entry_node(node) is None:
                 inner = _movement(node.sdfg, names)
                 per_op[owners.get(node, operator_name(node, names))] += inner.moved_bytes

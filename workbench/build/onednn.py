@@ -23,6 +23,8 @@ from workbench.build.settings import cache_dir
 
 NATIVE = Path(__file__).parent / "native"
 _lock = threading.Lock()
+# the soname lets an exported program find the shim copied beside it
+FLAGS = ["-O2", "-std=c++17", "-fPIC", "-shared", "-Wl,-soname,libwb_dnnl.so"]
 _built = {}
 
 POST = {"add": 1, "relu": 2, "clip": 3, "swish": 4, "hardswish": 5, "sigmoid": 6}
@@ -64,6 +66,14 @@ def root():
     return None
 
 
+def library_file():
+    """oneDNN's shared library under its soname (what the shim's DT_NEEDED names)."""
+    base = root()
+    libdir = next(base / lib for lib in ("lib", "lib64") if (base / lib / "libdnnl.so").exists())
+    versioned = sorted(libdir.glob("libdnnl.so.[0-9]"))
+    return versioned[0] if versioned else libdir / "libdnnl.so"
+
+
 def shim():
     """Path of libwb_dnnl.so for this oneDNN (built on first use), or None without oneDNN."""
     base = root()
@@ -72,7 +82,7 @@ def shim():
     libdir = next(base / lib for lib in ("lib", "lib64") if (base / lib / "libdnnl.so").exists())
     source = (NATIVE / "wb_dnnl.cpp").read_bytes() + (NATIVE / "wb_dnnl.h").read_bytes()
     version = (base / "include" / "oneapi" / "dnnl" / "dnnl_version.h")
-    key = hashlib.sha256(source + str(libdir).encode() + (
+    key = hashlib.sha256(source + str(libdir).encode() + " ".join(FLAGS).encode() + (
         version.read_bytes() if version.exists() else b"")).hexdigest()[:16]
     with _lock:
         if key in _built:
@@ -81,8 +91,7 @@ def shim():
         if not out.exists():
             out.parent.mkdir(parents=True, exist_ok=True)
             tmp = out.with_suffix(f".{os.getpid()}.tmp")
-            cmd = [os.environ.get("CXX", "g++"), "-O2", "-std=c++17", "-fPIC", "-shared",
-                   f"-I{base / 'include'}", f"-I{NATIVE}", str(NATIVE / "wb_dnnl.cpp"),
+            cmd = [os.environ.get("CXX", "g++"), *FLAGS, f"-I{base / 'include'}", f"-I{NATIVE}", str(NATIVE / "wb_dnnl.cpp"),
                    f"-L{libdir}", "-ldnnl", f"-Wl,-rpath,{libdir}", "-o", str(tmp)]
             done = subprocess.run(cmd, capture_output=True, text=True)
             if done.returncode:
@@ -116,12 +125,21 @@ def _lib():
     return _handle[0]
 
 
+_checked = {}  # (descriptor type, its bytes) -> answer: asked per find and per figure
+
+
 def check(desc):
-    """(True, oneDNN's kernel name) or (False, why oneDNN refuses) for a ConvDesc/PoolDesc."""
-    info = ctypes.create_string_buffer(512)
-    fn = _lib().wb_dnnl_conv_check if isinstance(desc, ConvDesc) else _lib().wb_dnnl_pool_check
-    rc = fn(ctypes.byref(desc), info, len(info))
-    return rc == 0, info.value.decode(errors="replace")
+    """(True, oneDNN's kernel name) or (False, why oneDNN refuses) for a ConvDesc/PoolDesc.
+
+    The name ends in " +reorder src" / " +reorder dst" when the kernel needs the data in
+    another layout than the caller's, which the shim then reorders around each call."""
+    key = (type(desc).__name__, ctypes.string_at(ctypes.addressof(desc), ctypes.sizeof(desc)))
+    if key not in _checked:
+        info = ctypes.create_string_buffer(512)
+        fn = _lib().wb_dnnl_conv_check if isinstance(desc, ConvDesc) else _lib().wb_dnnl_pool_check
+        rc = fn(ctypes.byref(desc), info, len(info))
+        _checked[key] = rc == 0, info.value.decode(errors="replace")
+    return _checked[key]
 
 
 def c_initializer(desc) -> str:

@@ -44,6 +44,7 @@ def export_session(ws, folder, target: str = "cpu") -> dict:
         (folder / "lib").mkdir(exist_ok=True)
         shutil.copy2(library, folder / "lib" / library.name)
         spec = _program_spec(ws, build, library.name)
+        spec["dependencies"] = _copy_kernel_libraries(build, folder / "lib")
         atomic_write(folder / "program.json", json.dumps(spec, indent=1).encode())
         shutil.copy2(Path(__file__).with_name("runner.py"), folder / "run.py")
         inputs = ws.random_inputs(SEED)
@@ -71,6 +72,21 @@ def export_session(ws, folder, target: str = "cpu") -> dict:
                "workbench (python script.py)."]
     atomic_write(folder / "README.txt", ("\n".join(readme) + "\n").encode())
     return result
+
+
+def _copy_kernel_libraries(build, lib: Path) -> list:
+    """Copy the oneDNN shim and oneDNN into ``lib`` when the program calls them; their
+    file names in load order (run.py loads them before the program)."""
+    from workbench.build import onednn
+    sources = (build.folder / "src").rglob("*.cpp")
+    if not any("wb_dnnl_" in p.read_text(errors="replace") for p in sources):
+        return []
+    shim = onednn.shim()
+    names = []
+    for path in (onednn.library_file(), shim):
+        shutil.copy2(path, lib / path.name)
+        names.append(path.name)
+    return names
 
 
 def _program_spec(ws, build, library_name) -> dict:

@@ -82,6 +82,10 @@ class Program:
         if not choose_openblas_threads():
             os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see workbench/runtime/threads.py
         self.spec = json.loads((folder / "program.json").read_text())
+        # kernel libraries shipped beside the program (oneDNN and its shim), loaded first
+        # so the program's references to them resolve by their sonames
+        for dependency in self.spec.get("dependencies", []):
+            ctypes.CDLL(str(folder / "lib" / dependency), mode=ctypes.RTLD_GLOBAL)
         self.lib = ctypes.CDLL(str(folder / "lib" / self.spec["library"]))
         name = self.spec["name"]
         self._init = getattr(self.lib, f"__dace_init_{name}")

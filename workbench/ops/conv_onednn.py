@@ -22,7 +22,7 @@ import dace
 from workbench.build import onednn
 from workbench.build.settings import target
 from workbench.ops.index_maps import strides as row_major
-from workbench.ops.registry import implements, schema_defaults
+from workbench.ops.registry import implements, moves_inside, schema_defaults
 from workbench.ops.window import sliding_window
 
 MAX_POST = onednn.MAX_POST
@@ -124,15 +124,22 @@ def conv_onednn(call):
     return library_sdfg(call, call.input(0), call.input(1), call.input(2), call.output(0))
 
 
-def epilogue_on_library(call):
-    """A ConvEpilogue as one library call when its program is a post-op chain, else None."""
-    core_inputs = call.attr("core_inputs")
-    y = call.output(0)
-    post = post_ops(call.attr("code"), {
+def post_ops_of(call):
+    """The PostOps of a ConvEpilogue's call, or None when its epilogue is no post-op chain."""
+    core_inputs, y = call.attr("core_inputs"), call.output(0)
+    if call.attr("row"):
+        return None
+    return post_ops(call.attr("code"), {
         c: call.shape(c) == call.shape(y) and strides_of(call, c) == strides_of(call, y)
         and call.dtype(c) == call.dtype(y)
         for c in call.node.onnx_inputs if c and c not in core_inputs})
-    if post is None or call.attr("row"):
+
+
+def epilogue_on_library(call):
+    """A ConvEpilogue as one library call when its program is a post-op chain, else None."""
+    core_inputs, y = call.attr("core_inputs"), call.output(0)
+    post = post_ops_of(call)
+    if post is None:
         return None
     x, w = core_inputs[0], core_inputs[1]
     b = core_inputs[2] if len(core_inputs) > 2 and core_inputs[2] else None
@@ -143,6 +150,29 @@ def core_call(call):
     """A ConvEpilogue's call as its Conv core sees it (the core's attributes)."""
     attrs = {**schema_defaults("Conv", call.node.opset), **call.attr("core_attrs")}
     return dataclasses.replace(call, attrs=attrs)
+
+
+@moves_inside("Conv", "ConvEpilogue", impl="onednn")
+def reorder_bytes(call) -> int:
+    """What the shim's reorders move per call: the input (read, written) when the kernel
+    wants another layout, and the output likewise (the residual too, into that layout)."""
+    post = None
+    if call.op_type == "ConvEpilogue":
+        post = post_ops_of(call)
+        inputs = call.attr("core_inputs")
+        conv, x, w = core_call(call), inputs[0], inputs[1]
+        bias = len(inputs) > 2 and bool(inputs[2])
+    else:
+        conv, x, w, bias = call, call.input(0), call.input(1), call.input(2) is not None
+    y = call.output(0)
+    ok, kernel = onednn.check(conv_desc(conv, x, w, y, bias, post))
+    if not ok:
+        return 0
+    size = lambda conn: math.prod(call.shape(conn)) * call.dtype(conn).bytes  # noqa: E731
+    moved = 2 * size(x) if "+reorder src" in kernel else 0
+    if "+reorder dst" in kernel:
+        moved += 2 * size(y) * (2 if post is not None and post.residual else 1)
+    return moved
 
 
 # -- the epilogue program as oneDNN post-ops ---------------------------------------

@@ -46,6 +46,31 @@ def implements(*op_types: str, impl: str = "pure", internal: bool = False):
     return register
 
 
+# (op type, implementation) -> fn(call) -> bytes an implementation moves that no memlet
+# shows (a library's own reorders); the data-movement figure adds them to the operator
+_MOVED_INSIDE: Dict[Tuple[str, str], Callable] = {}
+
+
+def moves_inside(*op_types: str, impl: str):
+    """Register the decorated ``fn(call) -> bytes`` for ``impl`` of each of ``op_types``."""
+    def register(fn):
+        for op_type in op_types:
+            _MOVED_INSIDE[(op_type, impl)] = fn
+        return fn
+    return register
+
+
+def moved_inside(node, state, sdfg) -> int:
+    """Bytes the node's implementation moves inside itself beyond its edges' (0 if none)."""
+    fn = _MOVED_INSIDE.get((node.op_type, node.implementation))
+    if fn is None:
+        return 0
+    try:
+        return int(fn(make_call(node, state, sdfg)))
+    except (UnsupportedCaseError, StopIteration, KeyError):
+        return 0  # the build will say why it cannot expand
+
+
 def supported_op_types() -> set:
     """ONNX op types with an implementation (internal fused op types excluded)."""
     return {op for op, _ in _IMPLS if op not in _INTERNAL}
