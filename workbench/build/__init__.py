@@ -13,6 +13,7 @@ earlier one's (``configure_seed``). ``WORKBENCH_FAST_BUILD=0`` turns the last
 three off.
 """
 import copy
+import math
 import logging
 import os
 import time
@@ -151,11 +152,26 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
     return _compile_and_load(program, program_folder, header, timings, progress, names)
 
 
+def row_major_transients(program) -> None:
+    """Give transients laid out for CPU libraries (ChannelsLast) row-major strides again:
+    the GPU build runs no oneDNN, and its kernels read row-major data. Memlets are
+    logical indices, so the program's meaning is unchanged."""
+    for desc in program.arrays.values():
+        dense = desc.total_size == math.prod(desc.shape)  # a permuted layout, no padding
+        if desc.transient and type(desc) is dace.data.Array and dense:
+            step, strides = 1, []
+            for n in reversed(desc.shape):
+                strides.append(step)
+                step *= n
+            desc.strides = tuple(reversed(strides))
+
+
 def _expanded(sdfg, folder, target) -> dace.SDFG:
     """A copy of ``sdfg`` in ``folder`` with every operator expanded for ``target``."""
     program = copy.deepcopy(sdfg)
     program.build_folder = str(Path(folder) / program.name)
     if target == "gpu":  # before expansion, so operators expand for the GPU
+        row_major_transients(program)
         program.apply_gpu_transformations()
     try:
         with building_for(target):

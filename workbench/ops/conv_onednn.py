@@ -22,7 +22,8 @@ import dace
 from workbench.build import onednn
 from workbench.build.settings import target
 from workbench.ops.index_maps import strides as row_major
-from workbench.ops.registry import implements, moves_inside, schema_defaults
+from workbench.errors import UnsupportedCaseError
+from workbench.ops.registry import expand_as, implements, moves_inside, schema_defaults
 from workbench.ops.window import sliding_window
 
 MAX_POST = onednn.MAX_POST
@@ -121,7 +122,13 @@ def library_call(call, what: str, desc, operands: dict, y: str, invocation: str)
 
 @implements("Conv", impl="onednn")
 def conv_onednn(call):
-    return library_sdfg(call, call.input(0), call.input(1), call.input(2), call.output(0))
+    """On the library; where it has no kernel (float64, a GPU build, no oneDNN, one-element
+    operands) the pure implementation, as im2col falls back to direct. OnOneDNN only
+    offers the library where it has a fast kernel."""
+    try:
+        return library_sdfg(call, call.input(0), call.input(1), call.input(2), call.output(0))
+    except UnsupportedCaseError:
+        return expand_as(call)
 
 
 def post_ops_of(call):
@@ -141,6 +148,10 @@ def epilogue_on_library(call):
     post = post_ops_of(call)
     if post is None:
         return None
+    try:
+        library_ready(call)
+    except UnsupportedCaseError:
+        return None  # the core falls back to its pure implementation
     x, w = core_inputs[0], core_inputs[1]
     b = core_inputs[2] if len(core_inputs) > 2 and core_inputs[2] else None
     return library_sdfg(core_call(call), x, w, b, y, post)

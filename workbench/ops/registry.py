@@ -71,6 +71,11 @@ def moved_inside(node, state, sdfg) -> int:
         return 0  # the build will say why it cannot expand
 
 
+def expand_as(call, impl: str = "pure"):
+    """Expand ``call`` with another implementation of its op type (a library's fallback)."""
+    return _IMPLS[(call.op_type, impl)](call)
+
+
 def supported_op_types() -> set:
     """ONNX op types with an implementation (internal fused op types excluded)."""
     return {op for op, _ in _IMPLS if op not in _INTERNAL}
