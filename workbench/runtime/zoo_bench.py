@@ -289,6 +289,7 @@ def plot(result: ZooBench, path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
     import numpy as np
     rows = [r for r in result.rows if r.status == "ok"]
     x = np.arange(len(rows))
@@ -302,6 +303,9 @@ def plot(result: ZooBench, path) -> None:
                label="one competing busy process")
     ax.axhline(1.0, color="black", linewidth=1)
     ax.set_yscale("log")
+    # ratios read as plain numbers (0.8, 2), not as powers of ten
+    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.1f"))
     ax.set_xticks(x, [r.model for r in rows], rotation=45, ha="right")
     ax.set_ylabel("workbench median / onnxruntime median")
     m = result.machine
