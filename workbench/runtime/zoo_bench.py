@@ -168,14 +168,14 @@ class ZooBench:
         """The results; the machine line is printed before the run starts."""
         lines = [f"recipe {self.recipe}, {self.threads} threads, {self.repeat} rounds; "
                  f"ms: median (min, spread = median/min)",
-                 f"{'model':<22}{'workbench ms':>28}{'onnxruntime ms':>28}{'ratio':>8}"]
+                 f"{'model':<22}{'workbench ms':>28}{'onnxruntime ms':>28}{'ratio':>9}"]
         for r in self.rows:
             lines.append(f"{r.model:<22}" + (_run_cells(r.quiet) if r.quiet else f"  {r.status}: "
-                                             f"{_one_line(r.detail)}"))
+                                             f"{_one_line(r.detail, 120)}"))
         if self.busy:
             lines += ["", "busy: one competing process spinning during the timed rounds; "
                           "slowdown = busy median / quiet median",
-                      f"{'model':<22}{'workbench ms':>28}{'onnxruntime ms':>28}{'ratio':>8}"
+                      f"{'model':<22}{'workbench ms':>28}{'onnxruntime ms':>28}{'ratio':>9}"
                       f"{'wb slow':>9}{'ort slow':>9}{'wb/ort':>8}"]
             for r in self.rows:
                 if r.busy:
@@ -204,12 +204,13 @@ def _round(value, digits=4):
 def _run_cells(run: Run) -> str:
     cells = "".join(f"{t.median_ms:>11.3f} ({t.min_ms:.3f}, {t.spread:.2f})".rjust(28)
                     for t in (run.workbench, run.onnxruntime))
-    return f"{cells}{run.ratio:>8.3f}"
+    return f"{cells}{run.ratio:>9.3f}"
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: str, limit: int) -> str:
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
-    return (lines[0] if lines else "")[:300]
+    line = lines[0] if lines else ""
+    return line if len(line) <= limit else line[:limit - 4] + " ..."
 
 
 def machine_info(threads: int) -> dict:
@@ -277,11 +278,15 @@ def run_zoo(entries, prepare, recipe: str, repeat: int, warmup: int, threads: in
                     row.busy_pid = p.pid
                     row.busy = Run.of(bench(ws, ("onnxruntime",), repeat, warmup, threads, recipe))
         except Exception as e:  # noqa: BLE001 (one model's failure is its row, not the run's)
-            row.status, row.detail = "failed", f"{type(e).__name__}: {_one_line(e)}"
+            # the whole message in the JSON: a compiler's error sits deep in its first line
+            row.status, row.detail = "failed", f"{type(e).__name__}: {str(e).strip()[:4000]}"
             row.quiet = row.busy = None
         ws = None
         gc.collect()
     return out
+
+
+EXPORT_COLOR, BUNDLED_COLOR, BUSY_COLOR = "#70ad47", "#4472c4", "#ed7d31"
 
 
 def plot(result: ZooBench, path) -> None:
@@ -289,29 +294,34 @@ def plot(result: ZooBench, path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker
     import numpy as np
+    from matplotlib import ticker
+    from matplotlib.patches import Patch
     rows = [r for r in result.rows if r.status == "ok"]
     x = np.arange(len(rows))
     width = 0.4 if result.busy else 0.7
     fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(rows) + 2), 5))
-    colors = ["#70ad47" if r.real else "#4472c4" for r in rows]
-    ax.bar(x - (width / 2 if result.busy else 0), [r.quiet.ratio for r in rows], width,
-           color=colors, label="quiet (green: real exports, blue: bundled)")
+    offset = width / 2 if result.busy else 0
+    ax.bar(x - offset, [r.quiet.ratio for r in rows], width,
+           color=[EXPORT_COLOR if r.real else BUNDLED_COLOR for r in rows])
+    handles = [Patch(color=EXPORT_COLOR, label="real exports"),
+               Patch(color=BUNDLED_COLOR, label="bundled blocks")]
     if result.busy:
-        ax.bar(x + width / 2, [r.busy.ratio for r in rows], width, color="#ed7d31",
-               label="one competing busy process")
+        ax.bar(x + offset, [r.busy.ratio for r in rows], width, color=BUSY_COLOR)
+        handles.append(Patch(color=BUSY_COLOR, label="with one competing busy process"))
     ax.axhline(1.0, color="black", linewidth=1)
     ax.set_yscale("log")
-    # ratios read as plain numbers (0.8, 2), not as powers of ten
-    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-    ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.1f"))
+    # ratios read as plain numbers at 1-2-5 steps, not as powers of ten
+    ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
     ax.set_xticks(x, [r.model for r in rows], rotation=45, ha="right")
     ax.set_ylabel("workbench median / onnxruntime median")
-    m = result.machine
+    m, left_out = result.machine, len(result.rows) - len(rows)
     ax.set_title(f"recipe {result.recipe}, {result.threads} threads, {result.repeat} rounds; "
-                 f"avx2 {m['avx2']}, avx512f {m['avx512f']}", fontsize=9)
-    ax.legend(fontsize=8)
+                 f"avx2 {m['avx2']}, avx512f {m['avx512f']}"
+                 + (f"; {left_out} failed or skipped, not shown" if left_out else ""), fontsize=9)
+    ax.legend(handles=handles, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
