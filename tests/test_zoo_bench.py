@@ -45,6 +45,7 @@ def test_zoo_bench_rows_ratios_geomean_busy_and_a_failed_model(tmp_path):
     assert d["recipe"] == "auto" and d["repeat"] == 3 and d["threads"] == 2 and d["busy"]
     assert isinstance(d["machine"]["avx2"], bool) and isinstance(d["machine"]["avx512f"], bool)
     assert d["machine"]["onnxruntime"] and d["machine"]["cpu"]
+    assert d["machine"]["load_average"] >= 0 and d["load_average_after"] >= 0
     rows = {r["model"]: r for r in d["rows"]}
     assert list(rows) == ["mlp", "resblock", "bert-layer"]
     failed = rows["bert-layer"]

@@ -140,6 +140,7 @@ class ZooBench:
     busy: bool
     machine: dict
     rows: list = field(default_factory=list)
+    load_after: float = None   # the load average when the last model was done
 
     @property
     def failed(self) -> list:
@@ -160,7 +161,7 @@ class ZooBench:
 
     def to_dict(self) -> dict:
         return {"recipe": self.recipe, "repeat": self.repeat, "threads": self.threads,
-                "busy": self.busy, "machine": self.machine,
+                "busy": self.busy, "machine": self.machine, "load_average_after": self.load_after,
                 "rows": [r.to_dict() for r in self.rows], "geomean": self.geomeans(),
                 "failed": len(self.failed)}
 
@@ -191,6 +192,8 @@ class ZooBench:
             if self.busy:
                 text += f"; busy {g['busy_ratio']:.3f}, slowdown wb/ort {g['slowdown_ratio']:.3f}"
             lines.append(text)
+        lines.append(f"load average (1 min, whole machine): {self.machine['load_average']} "
+                     f"at the start, {self.load_after} at the end")
         if self.failed:
             lines.append(f"{len(self.failed)} model(s) failed: "
                          f"{', '.join(r.model for r in self.failed)}")
@@ -230,7 +233,16 @@ def machine_info(threads: int) -> dict:
     flags = set(info["flags"].split()) if "flags" in info else None
     return {"cpu": name, "avx2": None if flags is None else "avx2" in flags,
             "avx512f": None if flags is None else "avx512f" in flags, "cores": os.cpu_count(),
-            "threads": threads, "onnxruntime": onnxruntime.__version__}
+            "threads": threads, "onnxruntime": onnxruntime.__version__,
+            "load_average": load_average()}
+
+
+def load_average():
+    """The 1-minute load average: on a shared machine, whether others were busy too."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
 
 
 def machine_line(m: dict) -> str:
@@ -283,6 +295,7 @@ def run_zoo(entries, prepare, recipe: str, repeat: int, warmup: int, threads: in
             row.quiet = row.busy = None
         ws = None
         gc.collect()
+    out.load_after = load_average()
     return out
 
 
