@@ -180,8 +180,8 @@ class ZooBench:
                       f"{'wb slow':>9}{'ort slow':>9}{'wb/ort':>8}"]
             for r in self.rows:
                 if r.busy:
-                    lines.append(f"{r.model:<22}{_run_cells(r.busy)}{r.slowdown('workbench'):>9.2f}"
-                                 f"{r.slowdown('onnxruntime'):>9.2f}{r.slowdown_ratio:>8.2f}")
+                    lines.append(f"{r.model:<22}{_run_cells(r.busy)}{r.slowdown('workbench'):>9.3g}"
+                                 f"{r.slowdown('onnxruntime'):>9.3g}{r.slowdown_ratio:>8.3g}")
         lines.append("")
         for group, g in self.geomeans().items():
             what = "real exports" if group == "exports" else "bundled blocks"
