@@ -6,18 +6,27 @@ from workbench.session.signing import add_trust_arg, trusting
 def register(sub):
     p = sub.add_parser("bench", help="time the built program against onnxruntime (and torch); "
                        "--interactive: what each step of a session costs")
-    add_model_args(p)
+    add_model_args(p, required=False)  # required unless --zoo
     add_trust_arg(p)
     add_recipe_arg(p)
     p.add_argument("--repeat", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--baseline", default="onnxruntime",
+    p.add_argument("--baseline",
                    help="comma-separated: onnxruntime, torch (default onnxruntime)")
-    p.add_argument("--plot", metavar="OUT.png", help="bar chart of per-operator and total times")
+    p.add_argument("--plot", metavar="OUT.png", help="bar chart of per-operator and total times "
+                   "(--zoo: of the ratio per model)")
     p.add_argument("--interactive", action="store_true",
                    help="time open, list, apply, undo, the recipe (default auto), a cold build "
                         "and a rebuild instead (workbench/runtime/step_costs.py)")
+    p.add_argument("--zoo", action="store_true",
+                   help="instead of MODEL: the bundled models and the zoo's exports, each against "
+                        "onnxruntime, one table with geometric means (recipe default auto; "
+                        "workbench/runtime/zoo_bench.py)")
+    p.add_argument("--full", action="store_true", help="with --zoo: the full-size exports")
+    p.add_argument("--models", metavar="A,B", help="with --zoo: only these zoo names")
+    p.add_argument("--busy", action="store_true",
+                   help="with --zoo: time each model again with one competing busy process")
     p.set_defaults(run=run)
 
 
@@ -26,13 +35,21 @@ def run(args, progress) -> int:
     from workbench.errors import BadInputError
     if args.repeat < 1 or args.threads < 1:
         raise BadInputError("--repeat and --threads must be at least 1.")
+    if args.zoo:
+        return run_zoo(args, progress)
+    zoo_only = [flag for flag, given in (("--full", args.full), ("--models", args.models),
+                                         ("--busy", args.busy)) if given]
+    if zoo_only:
+        raise BadInputError(f"{', '.join(zoo_only)} only go with --zoo.")
+    if not args.model:
+        raise BadInputError("bench needs a MODEL, or --zoo for the bundled models and the zoo.")
     if args.interactive:
         return run_interactive(args, progress)
     with trusting(args.trust):
         ws = open_session(args, progress)
     apply_recipe(ws, args, progress)
     ws.build()
-    baselines = [b.strip() for b in args.baseline.split(",") if b.strip()]
+    baselines = [b.strip() for b in (args.baseline or "onnxruntime").split(",") if b.strip()]
     with progress.phase(f"bench {args.repeat} interleaved rounds"):
         result = bench(ws, baselines, args.repeat, args.warmup, args.threads, args.recipe or "")
     d = result.to_dict()
@@ -61,3 +78,37 @@ def run_interactive(args, progress) -> int:
     if args.json:
         emit_json(costs.to_dict())
     return 0
+
+
+def run_zoo(args, progress) -> int:
+    import argparse
+    from workbench.errors import BadInputError
+    from workbench.recipe import load_recipe
+    from workbench.runtime import zoo_bench
+    clashes = [what for what, given in (("MODEL", args.model), ("--interactive", args.interactive),
+                                        ("--shape", args.shape), ("--baseline", args.baseline))
+               if given]
+    if clashes:
+        raise BadInputError(f"--zoo runs the bundled models and the zoo against onnxruntime, each "
+                            f"with its own shapes: leave out {', '.join(clashes)} (pick models "
+                            f"with --models A,B).")
+    recipe = args.recipe or "auto"
+    load_recipe(recipe)  # a bad recipe is bad input, not one failed row per model
+    entries = zoo_bench.pick(args.full, args.models)
+
+    def prepare(entry):
+        one = argparse.Namespace(model=f"zoo:{entry.name}", shape=[], recipe=recipe)
+        ws = open_session(one, progress)
+        apply_recipe(ws, one, progress)
+        ws.build()
+        return ws
+    print(zoo_bench.machine_line(zoo_bench.machine_info(args.threads)), flush=True)
+    result = zoo_bench.run_zoo(entries, prepare, recipe, args.repeat, args.warmup, args.threads,
+                               args.busy, progress)
+    print(result.table())
+    if args.plot:
+        zoo_bench.plot(result, args.plot)
+        print(f"plot written to {args.plot}")
+    if args.json:
+        emit_json(result.to_dict())
+    return 1 if result.failed else 0

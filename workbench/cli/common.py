@@ -93,9 +93,10 @@ def library_noise(debug: bool):
         root.removeHandler(handler)
 
 
-def add_model_args(parser):
-    parser.add_argument("model", help="an .onnx file or a bundled model name "
-                                      "(mlp, bert-layer, mbconv, resblock)")
+def add_model_args(parser, required: bool = True):
+    parser.add_argument("model", nargs=None if required else "?",
+                        help="an .onnx file or a bundled model name "
+                             "(mlp, bert-layer, mbconv, resblock)")
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2,...",
                         help="fix an input's shape or a symbolic dim (e.g. batch=1); repeatable")
     parser.add_argument("--json", action="store_true",
