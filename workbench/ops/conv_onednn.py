@@ -21,8 +21,8 @@ import dace
 
 from workbench.build import onednn
 from workbench.build.settings import target
-from workbench.ops.index_maps import strides as row_major
 from workbench.errors import UnsupportedCaseError
+from workbench.ops.library_tasklet import library_tasklet
 from workbench.ops.registry import expand_as, implements, moves_inside, schema_defaults
 from workbench.ops.window import sliding_window
 
@@ -43,9 +43,6 @@ def conv_desc(call, x, w, y, has_bias: bool, post: PostOps = None) -> onednn.Con
         raise call.fail(f"oneDNN convolutions have 1 to 3 spatial dimensions, not {nsp}")
     if call.dtype(x) != dace.float32 or call.dtype(w) != dace.float32:
         raise call.fail("the oneDNN implementation is float32 only")
-    if 1 in (math.prod(xs), math.prod(ws), math.prod(ys)):
-        # DaCe hands a tasklet a one-element array as a value, not a pointer
-        raise call.fail("a one-element operand (too small for a library call)")
     win = sliding_window(call, xs, ys, ws[2:])
     d = onednn.ConvDesc()
     d.nsp, d.n, d.c, d.m, d.groups = nsp, xs[0], xs[1], ys[1], call.attr("group", 1)
@@ -109,21 +106,15 @@ def library_call(call, what: str, desc, operands: dict, y: str, invocation: str)
             f"if ({invocation} != 0) {{\n"
             f"  fprintf(stderr, \"oneDNN {what} {call.name} failed\\n\");\n"
             f"  abort();\n}}")
-    tasklet = state.add_tasklet(f"{call.node.label}_onednn", set(operands), {"__y"}, code,
-                                language=dace.Language.CPP)
-    tasklet.environments = {onednn.WorkbenchOneDNN.full_class_path()}
-    for conn, array in operands.items():
-        state.add_edge(state.add_read(array), None, tasklet, conn,
-                       dace.Memlet.from_array(array, sdfg.arrays[array]))
-    state.add_edge(tasklet, "__y", state.add_write(y), None,
-                   dace.Memlet.from_array(y, sdfg.arrays[y]))
+    library_tasklet(sdfg, state, f"{call.node.label}_onednn", operands, ("__y", y), code,
+                    onednn.WorkbenchOneDNN)
     return sdfg
 
 
 @implements("Conv", impl="onednn")
 def conv_onednn(call):
-    """On the library; where it has no kernel (float64, a GPU build, no oneDNN, one-element
-    operands) the pure implementation, as im2col falls back to direct. OnOneDNN only
+    """On the library; where it has no kernel (float64, a GPU build, no oneDNN) the
+    pure implementation, as im2col falls back to direct. OnOneDNN only
     offers the library where it has a fast kernel."""
     try:
         return library_sdfg(call, call.input(0), call.input(1), call.input(2), call.output(0))

@@ -18,6 +18,7 @@ import dace
 
 from workbench.build.settings import blas_implementation
 from workbench.ops.index_maps import op_sdfg
+from workbench.ops.library_tasklet import library_tasklet
 from workbench.ops.registry import implements, mapped_tasklet
 
 OP_TYPE = "MatMulStrided"
@@ -173,15 +174,8 @@ def matmul_strided_blas(call):
     conns = {a: "_a", b: "_b"}
     code = _gemm_code(plan, v, conns, y, batch, dtype, call.attr("alpha", 1.0),
                       1.0 if call.input(2) else 0.0)
-    ptr = dace.pointer(dtype)
-    tasklet = state.add_tasklet("gemm", {k: ptr for k in conns.values()}, {"_y": ptr}, code,
-                                language=dace.Language.CPP)
-    tasklet.environments = {_environment(impl).full_class_path()}
-    for arr, conn in conns.items():
-        state.add_edge(state.add_read(arr), None, tasklet, conn,
-                       dace.Memlet.from_array(arr, sdfg.arrays[arr]))
-    state.add_edge(tasklet, "_y", state.add_write(y), None,
-                   dace.Memlet.from_array(y, sdfg.arrays[y]))
+    library_tasklet(sdfg, state, "gemm", {conn: arr for arr, conn in conns.items()}, ("_y", y),
+                    code, _environment(impl))
     return sdfg
 
 

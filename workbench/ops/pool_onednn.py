@@ -56,9 +56,6 @@ def pool_desc(call) -> onednn.PoolDesc:
         d.algorithm = onednn.POOL["avg_include_pad" if include_pad else "avg_exclude_pad"]
     if 0 in xs or math.prod(ys) == 0:
         raise call.fail("an empty tensor")
-    if 1 in (math.prod(xs), math.prod(ys)):
-        # DaCe hands a tasklet a one-element array as a value, not a pointer
-        raise call.fail("a one-element operand (too small for a library call)")
     return d
 
 

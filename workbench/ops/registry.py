@@ -268,23 +268,15 @@ def connector_sdfg(call: OpCall, name: str, shapes: dict = None):
     sdfg = dace.SDFG(name)
     state = sdfg.add_state()
     for conn, desc in {**call.inputs, **call.outputs}.items():
-        if not _row_major(desc):  # inside, the array is seen row-major: a wrong answer
+        # Inside, the array is seen row-major. A strided View keeps its strides inside
+        # (_keep_strides); an Array laid out otherwise (ChannelsLast) would be misread.
+        if type(desc) is dace.data.Array and not _row_major(desc):
             raise call.fail(f"'{conn}' is stored with strides {tuple(desc.strides)} (channels-"
                             "last); this implementation reads row-major data only: run the "
                             "operator on oneDNN (OnOneDNN) or undo ChannelsLast")
         shape = (shapes or {}).get(conn, desc.shape)
         sdfg.add_array(conn, shape, desc.dtype)
     return sdfg, state
-
-
-def _row_major(desc) -> bool:
-    """Contiguous C order, size-1 dimensions' strides aside (scalars count as such)."""
-    step = 1
-    for n, s in zip(reversed(desc.shape), reversed(desc.strides)):
-        if n != 1 and s != step:
-            return False
-        step *= n
-    return True
 
 
 def mapped_tasklet(state, label: str, ranges: dict, inputs: dict, code: str, outputs: dict,
