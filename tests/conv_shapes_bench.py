@@ -38,18 +38,9 @@ SHAPES = [
 
 
 def _strides(shape, channels_last):
-    if not channels_last:
-        out, step = [], 1
-        for n in reversed(shape):
-            out.append(step)
-            step *= n
-        return out[::-1]
-    n, c, *sp = shape
-    out, step = {1: 1}, c
-    for d in range(len(shape) - 1, 1, -1):
-        out[d], step = step, step * shape[d]
-    out[0] = step
-    return [out[d] for d in range(len(shape))]
+    from transforms.layout.channels_last import channels_last as last
+    from workbench.ops.index_maps import strides
+    return last(shape) if channels_last else strides(shape)
 
 
 def _desc(onednn, n, c, sp, m, k, s, p, g, channels_last):

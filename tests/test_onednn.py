@@ -65,6 +65,9 @@ def test_every_conv_and_pool_runs_on_onednn_and_matches(optimized):
                   if n.op_type in ("Conv", "ConvEpilogue", "MaxPool", "AveragePool",
                                    "GlobalAveragePool")}
     assert len(on_library) >= 8, on_library
+    # the global pool reads y, a graph output (row-major): oneDNN has only its plain-layout
+    # loops there (simple_nchw), slower than the workbench's own row kernel
+    assert on_library.pop("/g/GlobalAveragePool") == "pure"
     assert set(on_library.values()) == {"onednn"}, on_library
     # every epilogue became post-ops: no element-wise operator is left
     assert not [n.op_type for n in onnx_ops(ws.sdfg)

@@ -88,16 +88,13 @@ def _replay_steps(ws, task, journal):
 
 
 def _build_and_verify(ws, journal, out: Path, task) -> None:
-    from workbench.errors import BuildError, ProgramCrashed, ProgramTimedOut
+    from workbench.errors import ProgramCrashed, ProgramTimedOut
     if ws.history and task.steps is None:
         ws.save_recipe(out / f"{_file_stem(task)}.json")
     _journal(journal, event="phase", phase="build")
     try:
         ws.build()
-    except BuildError as e:
-        _journal(journal, event=BUILD_FAILURE, message=_one_line(e))
-        return
-    except Exception as e:
+    except Exception as e:  # typed (BuildError) or not, the build failed
         _journal(journal, event=BUILD_FAILURE, message=_one_line(e))
         return
     _journal(journal, event="phase", phase="verify")

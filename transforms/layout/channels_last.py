@@ -29,7 +29,7 @@ import dace
 
 from transforms.graph import access_nodes, onnx_ops
 from transforms.layout.views import is_row_major
-from transforms.local.library_kernels import POOLS
+from transforms.local.library_kernels import POOLS, fast
 from workbench.build import onednn
 from workbench.errors import TransformationError, UnsupportedCaseError
 from workbench.ops.conv_onednn import post_ops
@@ -172,7 +172,7 @@ def _slow_pools(sdfg, chosen) -> set:
             for i, s in enumerate(strides):
                 getattr(desc, field)[i] = int(s)
         ok, kernel = onednn.check(desc)
-        if not ok or kernel.startswith(("ref", "simple")):
+        if not ok or not fast(kernel):
             bad |= touched
     return bad
 

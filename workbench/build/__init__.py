@@ -31,6 +31,7 @@ from workbench.build.simplify import array_elimination_failed, simplify_program
 from workbench.build.settings import (apply_build_settings, building_for,  # noqa: F401
                                       cache_dir, fast_build_enabled)
 from workbench.build.storage import heap_for_large_transients, persistent_expansion_buffers
+from workbench.ops.index_maps import strides as row_major
 from workbench.progress import SILENT
 
 log = logging.getLogger("workbench.build")
@@ -159,11 +160,7 @@ def row_major_transients(program) -> None:
     for desc in program.arrays.values():
         dense = desc.total_size == math.prod(desc.shape)  # a permuted layout, no padding
         if desc.transient and type(desc) is dace.data.Array and dense:
-            step, strides = 1, []
-            for n in reversed(desc.shape):
-                strides.append(step)
-                step *= n
-            desc.strides = tuple(reversed(strides))
+            desc.strides = tuple(row_major(desc.shape))
 
 
 def _expanded(sdfg, folder, target) -> dace.SDFG:

@@ -37,7 +37,7 @@ class ConvDesc(ctypes.Structure):
                 ("m", ctypes.c_long), ("groups", ctypes.c_long)] + [
         (f, ctypes.c_long * 3) for f in ("in_", "out", "k", "stride", "dil", "pad_l", "pad_r")] + [
         ("src_strides", ctypes.c_long * 5), ("dst_strides", ctypes.c_long * 5),
-        ("has_bias", ctypes.c_int), ("layout", ctypes.c_int), ("n_post", ctypes.c_int),
+        ("has_bias", ctypes.c_int), ("n_post", ctypes.c_int),
         ("post", ctypes.c_int * MAX_POST), ("alpha", ctypes.c_float * MAX_POST),
         ("beta", ctypes.c_float * MAX_POST)]
 

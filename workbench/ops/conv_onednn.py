@@ -55,7 +55,6 @@ def conv_desc(call, x, w, y, has_bias: bool, post: PostOps = None) -> onednn.Con
     for i, s in enumerate(strides_of(call, y)):
         d.dst_strides[i] = s
     d.has_bias = int(has_bias)
-    d.layout = 0
     for i, (kind, alpha, beta) in enumerate((post or PostOps()).ops):
         d.post[i], d.alpha[i], d.beta[i] = onednn.POST[kind], alpha, beta
     d.n_post = len((post or PostOps()).ops)

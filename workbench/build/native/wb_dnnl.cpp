@@ -132,15 +132,13 @@ std::unique_ptr<Conv> make_conv(Context& ctx, const wb_conv_desc* d) {
     // choice only when it has no fast kernel for that layout.
     dnnl::convolution_forward::primitive_desc pd;
     bool direct = false;
-    if (d->layout != WB_LAYOUT_LIBRARY) {
-        try {
-            pd = dnnl::convolution_forward::primitive_desc(ctx.engine, kind, algo, c->user_src, any_wei,
-                                                          bias, c->user_dst, stride, dil, pl, pr, attr);
-            std::string impl = pd.impl_info_str();
-            direct = impl.find("ref") == std::string::npos && impl.find("gemm") == std::string::npos;
-        } catch (const dnnl::error&) {
-            direct = false;
-        }
+    try {
+        pd = dnnl::convolution_forward::primitive_desc(ctx.engine, kind, algo, c->user_src, any_wei,
+                                                      bias, c->user_dst, stride, dil, pl, pr, attr);
+        std::string impl = pd.impl_info_str();
+        direct = impl.find("ref") == std::string::npos && impl.find("gemm") == std::string::npos;
+    } catch (const dnnl::error&) {
+        direct = false;
     }
     if (!direct) {
         pd = dnnl::convolution_forward::primitive_desc(ctx.engine, kind, algo, any_src, any_wei, bias,

@@ -7,7 +7,6 @@ extern "C" {
 
 enum { WB_POST_ADD = 1, WB_POST_RELU, WB_POST_CLIP, WB_POST_SWISH, WB_POST_HARDSWISH,
        WB_POST_SIGMOID };
-enum { WB_LAYOUT_CALLER = 0, WB_LAYOUT_LIBRARY = 1 };
 #define WB_MAX_POST 4
 
 typedef struct {
@@ -16,7 +15,6 @@ typedef struct {
     long in[3], out[3], k[3], stride[3], dil[3], pad_l[3], pad_r[3];
     long src_strides[5], dst_strides[5];  // in elements: the caller's layouts
     int has_bias;
-    int layout;                    // WB_LAYOUT_*: run in the caller's layout when fast
     int n_post;                    // post-ops in order: dst = post_k(...post_0(conv + bias))
     int post[WB_MAX_POST];
     float alpha[WB_MAX_POST], beta[WB_MAX_POST];
