@@ -4,14 +4,18 @@ Each round runs every contender in turn (A B C A B C ...), so drift on a
 shared machine hits all of them alike; all use the same thread count.
 Medians decide; min and max show the spread.
 
-A contender's turn is a short block of back-to-back calls whose first call
-are not timed. Both runtimes keep their worker threads spinning for a while
-after a call (onnxruntime's pool, OpenBLAS's threads for up to ~0.1 s), so
-a call made right after the other runtime's competes with its spinning
-threads for the two cores: timed that way, every 2-thread result measured
-mostly the other runtime (MLP: workbench 1.49 ms interleaved call by call,
-0.85 ms on its own; onnxruntime likewise). The untimed first calls absorb
-the hand-over; the rest are what a program calling one runtime sees.
+A contender's turn is a short block of back-to-back calls after an untimed
+hand-over. Both runtimes keep their worker threads spinning for a while
+after a call, so a call made right after the other runtime's competes with
+its spinning threads for the two cores: timed that way, every 2-thread
+result measured mostly the other runtime (MLP: workbench 1.49 ms interleaved
+call by call, 0.85 ms on its own). onnxruntime's pool spins for ~40 ms after
+its last call: on ResBlock a block of ten workbench calls right after ten
+onnxruntime calls had a median of 6.9 ms against 2.8 ms after its own calls,
+and two untimed calls were not enough at 2.6 ms each. So the hand-over is
+measured in time (``HANDOVER_MS`` of untimed calls, at least ``HANDOVER``
+calls): after 50 ms the medians matched. The timed calls are what a program
+calling one runtime sees.
 """
 import os
 import time
@@ -107,7 +111,16 @@ def _torch_runner(ws, feeds, threads):
 
 
 BLOCK = int(os.environ.get("WORKBENCH_BENCH_BLOCK", "10"))  # timed calls per turn
-HANDOVER = int(os.environ.get("WORKBENCH_BENCH_HANDOVER", "2"))  # untimed calls first
+HANDOVER = int(os.environ.get("WORKBENCH_BENCH_HANDOVER", "2"))  # untimed calls first,
+HANDOVER_MS = float(os.environ.get("WORKBENCH_BENCH_HANDOVER_MS", "100"))  # and this long
+
+
+def handover(run) -> None:
+    """Untimed calls until the other runtime's threads have stopped spinning."""
+    start, calls = time.perf_counter(), 0
+    while calls < HANDOVER or (time.perf_counter() - start) * 1e3 < HANDOVER_MS:
+        run()
+        calls += 1
 
 
 def bench(ws, baselines=("onnxruntime",), repeat: int = 30, warmup: int = 5, threads: int = 2,
@@ -122,8 +135,7 @@ def bench(ws, baselines=("onnxruntime",), repeat: int = 30, warmup: int = 5, thr
     while len(result.samples_ms["workbench"]) < repeat:
         calls = min(BLOCK, repeat - len(result.samples_ms["workbench"]))
         for name, run in runners.items():
-            for _ in range(HANDOVER):  # the other runtime's threads may still be spinning
-                run()
+            handover(run)
             for _ in range(calls):
                 t = time.perf_counter()
                 run()
