@@ -99,17 +99,27 @@ class Controller(QObject):
     def open_model(self, model, on_done=None, autosave: bool = False) -> None:
         """Import ``model`` (a bundled name or an .onnx path) in a worker. With
         ``autosave`` the session saves after every step into a new folder under
-        ``gui.sessions.root()`` (reserved now, written at the first step)."""
+        ``gui.sessions.root()`` (reserved when it opens, written at the first step)."""
         import workbench
 
         def work(job):
             settle_long_lived_objects()
-            ws = workbench.open(model, progress=self.progress)
+            return workbench.open(model, progress=self.progress)
+
+        def done(ws):
             if autosave:
-                ws.folder = sessions.reserve(ws.name)   # what Session.save sets, nothing written
-            return ws
-        self._session_job(f"Opening {model}", work, lambda ws: self.set_session(ws, on_done),
-                          cancellable=True, error_title="Open failed")
+                self._autosave_in_new_folder(ws)
+            self.set_session(ws, on_done)
+        self._session_job(f"Opening {model}", work, done, cancellable=True,
+                          error_title="Open failed")
+
+    def _autosave_in_new_folder(self, ws) -> None:
+        try:
+            ws.folder = sessions.reserve(ws.name)   # what Session.save sets; nothing written yet
+        except OSError as e:   # the session still opens; the user is told it is not saved
+            self.error.emit("No session folder",
+                            f"A session folder cannot be made under {sessions.root()} ({e}). "
+                            f"Steps are not saved until File › Save Session As.")
 
     def open_session_folder(self, folder, on_done=None, trust: bool = False) -> None:
         """Reopen a session folder; one this workbench did not write emits ``untrusted``

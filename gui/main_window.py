@@ -250,8 +250,10 @@ class MainWindow(QMainWindow):
         recent = self.settings.value("recent", [], type=list) or []
         for item in recent:
             opener = self.open_session if Path(item).is_dir() else self.open_model
-            action = QAction(sessions.recent_label(item).replace("&", "&&"), self)
+            label, available = sessions.recent_entry(item)
+            action = QAction(label.replace("&", "&&"), self)
             action.setData(item)
+            action.setEnabled(available)
             action.triggered.connect(lambda _=False, i=item, o=opener: o(i))
             self.recent_menu.addAction(action)
         self.recent_menu.setEnabled(bool(recent))

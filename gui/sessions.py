@@ -69,6 +69,9 @@ def check_target(folder, current) -> Path:
     folder = Path(folder).expanduser()
     if current is not None and folder.resolve() == Path(current).resolve():
         return folder
+    if current is not None and folder.resolve().is_relative_to(Path(current).resolve()):
+        raise BadInputError(f"'{folder}' is inside the session folder '{current}'; choose a "
+                            f"folder elsewhere. Nothing was saved there.")
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise BadInputError(f"'{folder}' is not an empty folder; choose (or make) an empty "
                             f"folder for the session. Nothing was saved there.")
@@ -84,9 +87,9 @@ def remove_moved(old, new) -> bool:
     return True
 
 
-def recent_label(item: str) -> str:
-    """How Open Recent shows ``item``: a session folder or a model (a path or a bundled
-    name), told apart at a glance."""
+def recent_entry(item: str) -> tuple:
+    """(label, available) of ``item`` in Open Recent: a session folder or a model (a path
+    or a bundled name), told apart at a glance; a path that is gone is not available."""
     path = Path(item)
     if path.is_dir():
         try:
@@ -95,5 +98,7 @@ def recent_label(item: str) -> str:
             what = f"{manifest.get('model')}, step {manifest.get('position', 0)} of {steps}"
         except (OSError, ValueError):
             what = "not readable"
-        return f"Session: {what} — {item}"
-    return f"Model: {item}"
+        return f"Session: {what} — {item}", True
+    if os.sep in item and not path.exists():
+        return f"Gone: {item}", False
+    return f"Model: {item}", True

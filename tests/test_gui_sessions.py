@@ -147,6 +147,10 @@ def test_save_session_as_moves_and_ctrl_s_saves(qtbot, tmp_path):
         w.last_error[1]
     assert Path(w.ctl.ws.folder) == folder and sorted(p.name for p in busy.iterdir()) == \
         ["notes.txt"]
+    w.last_error = None
+    w.save_session(folder / "inner")   # moving it into itself would remove it
+    qtbot.waitUntil(lambda: w.last_error is not None, timeout=30_000)
+    assert "inside the session folder" in w.last_error[1] and not (folder / "inner").exists()
 
     # Save As moves the automatic folder: the old one is gone, the title, the recent list
     # and the autosave follow the new one
@@ -202,6 +206,18 @@ def test_a_session_without_steps_leaves_no_folder(qtbot, tmp_path):
     closed(qtbot, w)
     assert not second.exists()
     assert w.settings.value("recent", type=list) == ["mlp"]
+
+
+def test_recent_names_a_folder_that_is_gone(qtbot, tmp_path):
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)
+    gone = tmp_path / "deleted-session"
+    settings.setValue("recent", [str(gone), "mlp"])
+    settings.sync()
+    w = new_window(qtbot, tmp_path / "settings.ini")
+    actions = w.recent_menu.actions()
+    assert [(a.text(), a.isEnabled()) for a in actions] == [(f"Gone: {gone}", False),
+                                                            ("Model: mlp", True)]
+    closed(qtbot, w)
 
 
 def test_help_menu(qtbot, tmp_path):
