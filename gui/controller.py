@@ -114,12 +114,12 @@ class Controller(QObject):
                           error_title="Open failed")
 
     def _autosave_in_new_folder(self, ws) -> None:
+        from workbench.errors import BadInputError
         try:
             ws.folder = sessions.reserve(ws.name)   # what Session.save sets; nothing written yet
-        except OSError as e:   # the session still opens; the user is told it is not saved
-            self.error.emit("No session folder",
-                            f"A session folder cannot be made under {sessions.root()} ({e}). "
-                            f"Steps are not saved until File › Save Session As.")
+        except BadInputError as e:   # the session still opens; the user is told it is not saved
+            self.error.emit("No session folder", f"{e} Steps are not saved until File › Save "
+                                                 f"Session As.")
 
     def open_session_folder(self, folder, on_done=None, trust: bool = False) -> None:
         """Reopen a session folder; one this workbench did not write emits ``untrusted``
@@ -328,10 +328,11 @@ class Controller(QObject):
         ws = self.ws
         if ws is None:
             return
+        from workbench.errors import BadInputError
         old = ws.folder
         try:
             folder = sessions.check_target(folder or old or sessions.reserve(ws.name), old)
-        except Exception as e:   # a folder with other files in it: say so, save nothing
+        except BadInputError as e:   # a folder with other files in it: say so, save nothing
             self._failed("Saving the session failed", e)
             return
 

@@ -18,7 +18,7 @@ from PyQt5.QtWidgets import (QAction, QApplication, QDockWidget, QFileDialog, QI
 
 from gui import sessions
 from gui.code_panel import CodePanel
-from gui.controller import Controller
+from gui.controller import Controller, describe_error
 from gui.graph_view import GraphPanel
 from gui.help_menu import HelpMenu
 from gui.history_panel import HistoryPanel
@@ -71,7 +71,8 @@ class MainWindow(QMainWindow):
         self.ctl.changed.connect(self._remember_session)
         self.ctl.saved.connect(self._saved)
         self.close_box = None   # the open "a step is still running" question, if any
-        self._close_when_done = False
+        self._close_when_done = False   # "Close When Done" was chosen
+        self._close_failed = False      # saving at close failed once: the next close closes
         self.ctl.verified.connect(self._verified)
         self.ctl.error.connect(self.show_error)
         self.ctl.untrusted.connect(self.ask_trust)
@@ -364,10 +365,9 @@ class MainWindow(QMainWindow):
         try:
             self.ctl.close_session()
         except Exception as e:   # say so; a second close closes anyway
-            if not getattr(self, "_close_failed", False):
+            if not self._close_failed:
                 self._close_failed = True
                 event.ignore()
-                from gui.controller import describe_error
                 self.show_error("Saving the session failed",
                                 f"{describe_error(e)}\n\nClose the window again to close "
                                 f"without saving.")

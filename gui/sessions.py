@@ -32,7 +32,11 @@ def reserve(model_name: str) -> Path:
     """A new, empty folder ``<model>-<YYYYmmdd-HHMMSS>[-N]`` under ``root()``; made
     now so that two sessions opened in the same second never share one."""
     base = root()
-    base.mkdir(parents=True, exist_ok=True)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BadInputError(f"no session folder can be made under '{base}' ({e}); set "
+                            f"$WORKBENCH_SESSIONS to a folder you can write.") from None
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(model_name)).stem).strip("._") or "model"
     name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     for n in range(1, 1000):
@@ -42,6 +46,9 @@ def reserve(model_name: str) -> Path:
             return folder
         except FileExistsError:
             continue
+        except OSError as e:
+            raise BadInputError(f"no session folder can be made under '{base}' ({e}).") \
+                from None
     raise BadInputError(f"no free session folder name '{name}-N' under '{base}'.")
 
 

@@ -208,6 +208,22 @@ def test_a_session_without_steps_leaves_no_folder(qtbot, tmp_path):
     assert w.settings.value("recent", type=list) == ["mlp"]
 
 
+def test_no_writable_sessions_folder_is_said_and_the_model_still_opens(qtbot, tmp_path,
+                                                                        monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("WORKBENCH_SESSIONS", str(blocker / "sessions"))
+    w = new_window(qtbot, tmp_path / "settings.ini")
+    w.open_model("mlp")
+    qtbot.waitUntil(lambda: w.last_error is not None, timeout=120_000)
+    wait_ready(qtbot, w)
+    assert w.last_error[0] == "No session folder" and str(blocker) in w.last_error[1]
+    assert "Save Session As" in w.last_error[1]
+    assert w.ctl.ws.name == "mlp" and w.ctl.ws.folder is None
+    assert "mlp — step 0/0 — not verified — DaCe Workbench" == w.windowTitle()
+    closed(qtbot, w)
+
+
 def test_recent_names_a_folder_that_is_gone(qtbot, tmp_path):
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)
     gone = tmp_path / "deleted-session"
