@@ -14,6 +14,14 @@ from PyQt5.QtWidgets import QDialog, QDialogButtonBox, QTextBrowser, QVBoxLayout
 from gui import sessions
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+# the graph view's own keys and mouse gestures (gui.graph_canvas.GraphCanvas handles them;
+# they are not window actions, so they are listed here)
+GRAPH_GESTURES = [("Zoom in / out (graph)", "+ / −, mouse wheel"),
+                  ("Fit the graph (graph focused)", "F"),
+                  ("Pan the graph", "middle drag, Alt+drag"),
+                  ("Select nodes", "click, rubber band"),
+                  ("Expand a nested SDFG", "double-click it"),
+                  ("Apply a match", "double-click its row")]
 
 
 def readme_sections(path: Path = README) -> list:
@@ -76,7 +84,8 @@ class HelpMenu:
 
     def show_shortcuts(self):
         rows = "".join(f"<tr><td>{html.escape(name)}</td><td>&nbsp;&nbsp;<b>{html.escape(keys)}"
-                       f"</b></td></tr>" for name, keys in shortcut_rows(self.window))
+                       f"</b></td></tr>" for name, keys in shortcut_rows(self.window)
+                       + GRAPH_GESTURES)
         self.show_text("Keyboard shortcuts", f"<table>{rows}</table>")
 
     def show_session(self):
