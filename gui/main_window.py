@@ -347,8 +347,10 @@ class MainWindow(QMainWindow):
         queued work, which closing now would drop; None when there is none."""
         runner = self.ctl.runner
         job, queued = runner.current("session"), runner.pending("session")
-        if not queued and (job is None or job.cancellable):
-            return None   # a build, verify or profile is cancelled: it changes no step
+        if not queued and (job is None or job.cancellable or job.cancelled):
+            # a build, verify or profile is cancelled: it changes no step; after
+            # runner.shutdown (the owner closing the window) every job is marked cancelled
+            return None
         title = job.title if job is not None else "A queued step"
         return title + (f" (and {queued} more queued)" if queued and job is not None else "")
 
