@@ -7,9 +7,11 @@ def register(sub):
     p.add_argument("model", nargs="?", default=None,
                    help="an .onnx file or a bundled model name (default: bert-layer)")
     p.add_argument("--session", metavar="FOLDER",
-                   help="reopen a session folder (written by File > Save Session As or "
-                        "Session.save); one this workbench did not write is loaded only "
-                        "after you accept it in a dialog")
+                   help="reopen a session folder (the window autosaves each model's "
+                        "session under ~/.local/share/dace-workbench/sessions, or "
+                        "$WORKBENCH_SESSIONS; Session.save writes one too); one this "
+                        "workbench did not write is loaded only after you accept it in a "
+                        "dialog")
     p.set_defaults(run=run)
 
 

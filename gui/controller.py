@@ -21,6 +21,7 @@ import time
 
 from PyQt5.QtCore import QObject, pyqtSignal
 
+from gui import sessions
 from gui.check_lane import CheckLane
 from gui.qtapp import settle_long_lived_objects
 from gui.worker import QtProgress, Runner
@@ -71,6 +72,7 @@ class Controller(QObject):
     buildFailed = pyqtSignal(object)    # the BuildError (CompileError: names the node)
     untrusted = pyqtSignal(str, str)    # session folder, why: ask before opening it
     status = pyqtSignal(str)            # a status-bar message
+    saved = pyqtSignal(str)             # saved (Ctrl+S, Save Session As); the folder it left
     stepChecked = pyqtSignal(object)    # a history entry whose "verified" was just set
     _checkRequested = pyqtSignal(object, object)   # (session, step), from any thread
 
@@ -94,15 +96,30 @@ class Controller(QObject):
         self._checkRequested.connect(self._submit_check)   # queued: runs on the UI thread
 
     # -- opening -------------------------------------------------------------
-    def open_model(self, model, on_done=None) -> None:
-        """Import ``model`` (a bundled name or an .onnx path) in a worker."""
+    def open_model(self, model, on_done=None, autosave: bool = False) -> None:
+        """Import ``model`` (a bundled name or an .onnx path) in a worker. With
+        ``autosave`` the session saves after every step into a new folder under
+        ``gui.sessions.root()`` (reserved when it opens, written at the first step)."""
         import workbench
 
         def work(job):
             settle_long_lived_objects()
             return workbench.open(model, progress=self.progress)
-        self._session_job(f"Opening {model}", work, lambda ws: self.set_session(ws, on_done),
-                          cancellable=True, error_title="Open failed")
+
+        def done(ws):
+            if autosave:
+                self._autosave_in_new_folder(ws)
+            self.set_session(ws, on_done)
+        self._session_job(f"Opening {model}", work, done, cancellable=True,
+                          error_title="Open failed")
+
+    def _autosave_in_new_folder(self, ws) -> None:
+        from workbench.errors import BadInputError
+        try:
+            ws.folder = sessions.reserve(ws.name)   # what Session.save sets; nothing written yet
+        except BadInputError as e:   # the session still opens; the user is told it is not saved
+            self.error.emit("No session folder", f"{e} Steps are not saved until File › Save "
+                                                 f"Session As.")
 
     def open_session_folder(self, folder, on_done=None, trust: bool = False) -> None:
         """Reopen a session folder; one this workbench did not write emits ``untrusted``
@@ -131,6 +148,7 @@ class Controller(QObject):
                 self.ws.close()   # unload the old session's compiled library
             except Exception:
                 pass
+            sessions.discard_if_empty(self.ws.folder)
         self.ws = ws
         ws.progress = self.progress
         ws.lock = self.lock
@@ -303,11 +321,45 @@ class Controller(QObject):
         from gui.code_panel import attach_source_map
         return attach_source_map(ws, build)
 
-    def save_session(self, folder) -> None:
+    def save_session(self, folder=None, on_done=None) -> None:
+        """Save now into ``folder`` (default: where the session autosaves) and autosave
+        there from then on; an automatic folder it leaves is removed (the session moved,
+        see ``gui.sessions``). ``on_done(old_folder)`` runs on the UI thread."""
         ws = self.ws
-        self._session_job("Saving session", lambda job: ws.save(folder),
-                          lambda _: self.status.emit(f"Session saved to {folder}"),
-                          error_title="Saving the session failed")
+        if ws is None:
+            return
+        from workbench.errors import BadInputError
+        old = ws.folder
+        try:
+            folder = sessions.check_target(folder or old or sessions.reserve(ws.name), old)
+        except BadInputError as e:   # a folder with other files in it: say so, save nothing
+            self._failed("Saving the session failed", e)
+            return
+
+        def work(job):
+            ws.save(folder)
+            moved = sessions.remove_moved(old, folder)
+            return moved
+
+        def done(moved):
+            where = "moved to" if moved else "saved in"
+            self.status.emit(f"Session {where} {folder}; it autosaves there after every step")
+            self.saved.emit(str(old) if old is not None else "")
+            if on_done:
+                on_done(old)
+        self._session_job("Saving session", work, done, error_title="Saving the session failed")
+
+    def close_session(self) -> None:
+        """When the window closes, after ``shutdown``: write what is not on disk yet (a
+        step's check result, say), or remove a reserved folder that never got a step."""
+        ws = self.ws
+        if ws is None or ws.folder is None:
+            return
+        if ws.steps or sessions.written(ws.folder):
+            with self.lock:
+                ws.save(ws.folder)
+        else:
+            sessions.discard_if_empty(ws.folder)
 
     def record(self, result, on_done=None):
         """Take (build, report, profile) results; any of them may be None."""

@@ -15,7 +15,7 @@ from PyQt5.QtWidgets import (QFileDialog, QHBoxLayout, QHeaderView, QMenu, QPush
                              QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget)
 
 COLUMNS = ["#", "Step", "Bytes moved", "Ratio", "Time", "Check"]
-CHECK = COLUMNS.index("Check")
+CHECK, STEP = COLUMNS.index("Check"), COLUMNS.index("Step")
 PASSED, FAILED, PENDING = QColor("#1a7f37"), QColor("#b42318"), QColor("#777777")
 
 
@@ -59,9 +59,10 @@ class HistoryPanel(QWidget):
         self.tree.setRootIsDecorated(False)
         header = self.tree.header()
         header.setStretchLastSection(False)
-        header.setSectionResizeMode(1, QHeaderView.Stretch)
-        for c in (0, 2, 3, 4, CHECK):
-            header.setSectionResizeMode(c, QHeaderView.ResizeToContents)
+        # every column as wide as its text (a narrow dock scrolls sideways); the step,
+        # the widest, is shown last so the numbers and the check stay in view
+        header.setSectionResizeMode(QHeaderView.ResizeToContents)
+        header.moveSection(header.visualIndex(STEP), len(COLUMNS) - 1)
         self.tree.itemClicked.connect(self._clicked)
         self.tree.setContextMenuPolicy(Qt.CustomContextMenu)
         self.tree.customContextMenuRequested.connect(self._context_menu)

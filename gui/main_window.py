@@ -2,19 +2,25 @@
 
 Every action goes through ``gui.controller.Controller``; the window itself
 only arranges panels, shows progress (with Cancel) and errors, and keeps
-the list of recent files (QSettings).
+the list of recent models and sessions (QSettings).
+
+Nothing is lost on close: a model opened here autosaves into a session
+folder of its own from the first step (``gui.sessions``; the title names
+it), and closing while a step still runs asks to close when it is done.
 """
 import time
 from pathlib import Path
 
-from PyQt5.QtCore import QSettings, Qt
+from PyQt5.QtCore import QSettings, Qt, QTimer
 from PyQt5.QtGui import QKeySequence
 from PyQt5.QtWidgets import (QAction, QApplication, QDockWidget, QFileDialog, QInputDialog, QLabel,
                              QMainWindow, QMessageBox, QProgressBar, QPushButton)
 
+from gui import sessions
 from gui.code_panel import CodePanel
-from gui.controller import Controller
+from gui.controller import Controller, describe_error
 from gui.graph_view import GraphPanel
+from gui.help_menu import HelpMenu
 from gui.history_panel import HistoryPanel
 from gui.profile_panel import ProfilePanel
 from gui.properties_panel import PropertiesPanel
@@ -62,6 +68,11 @@ class MainWindow(QMainWindow):
         self._menus()
         self.ctl.opened.connect(self._opened)
         self.ctl.changed.connect(self.update_title)
+        self.ctl.changed.connect(self._remember_session)
+        self.ctl.saved.connect(self._saved)
+        self.close_box = None   # the open "a step is still running" question, if any
+        self._close_when_done = False   # "Close When Done" was chosen
+        self._close_failed = False      # saving at close failed once: the next close closes
         self.ctl.verified.connect(self._verified)
         self.ctl.error.connect(self.show_error)
         self.ctl.untrusted.connect(self.ask_trust)
@@ -99,6 +110,7 @@ class MainWindow(QMainWindow):
             self._action(models, name, lambda _=False, n=name: self.open_model(n))
         self._action(menu, "Open &Session Folder…", self.ask_open_session)
         menu.addSeparator()
+        self._action(menu, "&Save Session", self.save_session, QKeySequence.Save)
         self._action(menu, "Save Session &As…", self.ask_save_session)
         self._action(menu, "Save Re&cipe…", self.history.ask_save_recipe)
         self._action(menu, "Save Scrip&t…", self.history.ask_save_script)
@@ -129,6 +141,8 @@ class MainWindow(QMainWindow):
         for dock in self.docks.values():
             menu.addAction(dock.toggleViewAction())
 
+        self.help = HelpMenu(self, self.menuBar().addMenu("&Help"))
+
     def _action(self, menu, text, slot, shortcut=None):
         action = QAction(text, self)
         if isinstance(shortcut, list):
@@ -145,7 +159,8 @@ class MainWindow(QMainWindow):
         if Path(str(model)).is_dir():   # a session folder given where a model was expected
             self.open_session(model)
             return
-        self.ctl.open_model(str(model), on_done=lambda ws: self._remember(str(model)))
+        self.ctl.open_model(str(model), on_done=lambda ws: self._remember(str(model)),
+                            autosave=True)
 
     def open_session(self, folder, trust: bool = False) -> None:
         self.ctl.open_session_folder(str(folder), on_done=lambda ws: self._remember(str(folder)),
@@ -184,9 +199,29 @@ class MainWindow(QMainWindow):
     def ask_save_session(self):
         if self.ctl.ws is None:
             return
-        folder = QFileDialog.getExistingDirectory(self, "Save session into folder")
+        folder = QFileDialog.getExistingDirectory(
+            self, "Move the session to an empty folder", str(sessions.root()))
         if folder:
-            self.ctl.save_session(folder)
+            self.save_session(folder)
+
+    def save_session(self, folder=None):
+        """Ctrl+S (save where it lives) and Save Session As (move it to ``folder``)."""
+        self.ctl.save_session(folder)
+
+    def _saved(self, old: str):
+        """After a save: the folder is the recent session (replacing the one it left)."""
+        if old and not Path(old).exists():
+            self._forget(old)
+        self._remember(str(self.ctl.ws.folder))
+        self.update_title()
+
+    def _remember_session(self):
+        """After a step: once the session folder is written it is a recent session."""
+        ws = self.ctl.ws
+        if ws is not None and sessions.written(ws.folder):
+            recent = self.settings.value("recent", [], type=list) or []
+            if not recent or recent[0] != str(ws.folder):
+                self._remember(str(ws.folder))
 
     def ask_recipe(self):
         from workbench.recipe import recipe_names
@@ -206,12 +241,22 @@ class MainWindow(QMainWindow):
         self.settings.setValue("recent", [item] + recent[:RECENT_MAX - 1])
         self._refresh_recent()
 
+    def _forget(self, item: str):
+        recent = self.settings.value("recent", [], type=list) or []
+        self.settings.setValue("recent", [r for r in recent if r != item])
+        self._refresh_recent()
+
     def _refresh_recent(self):
         self.recent_menu.clear()
         recent = self.settings.value("recent", [], type=list) or []
         for item in recent:
             opener = self.open_session if Path(item).is_dir() else self.open_model
-            self._action(self.recent_menu, item, lambda _=False, i=item, o=opener: o(i))
+            label, available = sessions.recent_entry(item)
+            action = QAction(label.replace("&", "&&"), self)
+            action.setData(item)
+            action.setEnabled(available)
+            action.triggered.connect(lambda _=False, i=item, o=opener: o(i))
+            self.recent_menu.addAction(action)
         self.recent_menu.setEnabled(bool(recent))
 
     def dragEnterEvent(self, event):
@@ -248,7 +293,8 @@ class MainWindow(QMainWindow):
             return
         report = self.ctl.current_report()
         state = ("verified ✓" if report.match else "MISMATCH ✗") if report else "not verified"
-        self.setWindowTitle(f"{ws.name} — step {ws.position}/{len(ws.steps)} — {state} — "
+        where = f" — {ws.folder}" if ws.folder is not None else ""
+        self.setWindowTitle(f"{ws.name} — step {ws.position}/{len(ws.steps)} — {state}{where} — "
                             f"DaCe Workbench")
         if report is None:
             self.verify_label.setText("not verified")
@@ -296,8 +342,64 @@ class MainWindow(QMainWindow):
         self.graph.find.setFocus()
         self.graph.find.selectAll()
 
+    def unfinished_step(self):
+        """The title of a running step (apply, undo, recipe, save: not cancellable) or of
+        queued work, which closing now would drop; None when there is none."""
+        runner = self.ctl.runner
+        job, queued = runner.current("session"), runner.pending("session")
+        if not queued and (job is None or job.cancellable or job.cancelled):
+            # a build, verify or profile is cancelled: it changes no step; after
+            # runner.shutdown (the owner closing the window) every job is marked cancelled
+            return None
+        title = job.title if job is not None else "A queued step"
+        return title + (f" (and {queued} more queued)" if queued and job is not None else "")
+
     def closeEvent(self, event):
+        step = self.unfinished_step()
+        if step is not None:   # its result would be lost: close once it is saved
+            event.ignore()
+            if not self._close_when_done:
+                self._ask_close_when_done(step)
+            return
         self.statusBar().showMessage("Waiting for running jobs to stop…")
         QApplication.processEvents()
         self.ctl.shutdown()
+        try:
+            self.ctl.close_session()
+        except Exception as e:   # say so; a second close closes anyway
+            if not self._close_failed:
+                self._close_failed = True
+                event.ignore()
+                self.show_error("Saving the session failed",
+                                f"{describe_error(e)}\n\nClose the window again to close "
+                                f"without saving.")
+                return
         super().closeEvent(event)
+
+    def _ask_close_when_done(self, step: str):
+        where = self.ctl.ws.folder if self.ctl.ws is not None else None
+        box = QMessageBox(QMessageBox.Information, "A step is still running",
+                          f"{step} is still running. Its result is saved"
+                          f"{f' to {where}' if where else ''} when it finishes.",
+                          QMessageBox.NoButton, self)
+        later = box.addButton("Close When Done", QMessageBox.AcceptRole)
+        box.addButton("Keep Open", QMessageBox.RejectRole)
+        box.setDefaultButton(later)
+        box.setAttribute(Qt.WA_DeleteOnClose)
+
+        def answered(_result):
+            self.close_box = None
+            if box.clickedButton() is later:
+                self._close_when_done = True
+                self.statusBar().showMessage(f"Closing when {step} is done…")
+                self.ctl.runner.finished.connect(self._close_if_done)
+                self._close_if_done()
+        box.finished.connect(answered)
+        self.close_box = box
+        box.open()   # not exec_(): the step goes on while the question is open
+
+    def _close_if_done(self, *_):
+        if self._close_when_done and self.unfinished_step() is None:
+            self._close_when_done = False
+            self.ctl.runner.finished.disconnect(self._close_if_done)
+            QTimer.singleShot(0, self.close)   # after the runner has finished its own work

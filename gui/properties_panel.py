@@ -2,10 +2,14 @@
 
 With nothing selected it shows the model: inputs, outputs and data movement.
 """
+from PyQt5.QtCore import Qt
 from PyQt5.QtWidgets import QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 from dace.sdfg import nodes as dn
 
 from gui.graph_model import GEdge, GNode, human_bytes
+
+KEY_MAX_PX = 240       # the key column never takes more of the panel than this
+TOOLTIP_MAX = 4000     # a value's tooltip shows it whole up to this many characters
 
 
 def _array_rows(sdfg, name):
@@ -49,7 +53,7 @@ def node_rows(g: GNode, ctl) -> list:
     if g.kind == "onnx":
         rows += [("op type", node.op_type), ("ONNX name", node.onnx_name),
                  ("implementation", str(node.implementation))]
-        rows += [(f"attr {k}", _short(v)) for k, v in sorted((node.attrs or {}).items())]
+        rows += [(f"attr {k}", str(v)) for k, v in sorted((node.attrs or {}).items())]
         rows += _connections(g)
     elif g.kind == "access":
         rows += [("data", node.data)] + _array_rows(g.sdfg, node.data)
@@ -110,11 +114,6 @@ def model_rows(ctl) -> list:
     return rows
 
 
-def _short(value, width: int = 80) -> str:
-    text = str(value)
-    return text if len(text) <= width else text[:width - 1] + "…"
-
-
 class PropertiesPanel(QWidget):
     def __init__(self, controller, parent=None):
         super().__init__(parent)
@@ -122,8 +121,7 @@ class PropertiesPanel(QWidget):
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["Property", "Value"])
         self.tree.setRootIsDecorated(False)
-        self.tree.setColumnWidth(0, 130)
-        self.tree.setWordWrap(True)
+        self.tree.setTextElideMode(Qt.ElideRight)   # values elide; their tooltip has them
         col = QVBoxLayout(self)
         col.setContentsMargins(4, 4, 4, 4)
         col.addWidget(self.tree)
@@ -153,5 +151,11 @@ class PropertiesPanel(QWidget):
         self.tree.clear()
         for key, value in self.rows():
             item = QTreeWidgetItem([key, value])
-            item.setToolTip(1, value)
+            item.setToolTip(0, key)
+            item.setToolTip(1, value if len(value) <= TOOLTIP_MAX else
+                            value[:TOOLTIP_MAX - 1] + "…")
             self.tree.addTopLevelItem(item)
+        # keys as wide as the widest, up to KEY_MAX_PX (a longer one elides; its tooltip
+        # has it whole); the user may still drag the column wider
+        self.tree.resizeColumnToContents(0)
+        self.tree.setColumnWidth(0, min(self.tree.columnWidth(0), KEY_MAX_PX))

@@ -3,6 +3,9 @@
 Each row is one match with the predicted change in bytes moved (filled in
 when the worker's prediction arrives). Hovering or selecting a row
 highlights its nodes in the graph; double-click or Apply applies it.
+Text is never cut: columns are as wide as their text (the change in bytes
+first, then the match, which scrolls sideways in a narrow dock) and the
+level tabs make the panel as wide as they are.
 """
 from PyQt5.QtCore import QEvent, Qt
 from PyQt5.QtGui import QBrush, QColor, QFont
@@ -48,12 +51,11 @@ class TransformPanel(QWidget):
             tree.setHeaderLabels(["Transformation / match", "Δ bytes moved"])
             tree.setAlternatingRowColors(True)
             tree.setMouseTracking(True)
-            tree.setTextElideMode(Qt.ElideMiddle)
             tree.setIndentation(12)
             header = tree.header()
             header.setStretchLastSection(False)
-            header.setSectionResizeMode(0, QHeaderView.Stretch)
-            header.setSectionResizeMode(1, QHeaderView.ResizeToContents)
+            header.setSectionResizeMode(QHeaderView.ResizeToContents)
+            header.moveSection(1, 0)   # the change in bytes first: it is what one compares
             tree.itemCollapsed.connect(lambda item: self.collapsed.add(_group(item)))
             tree.itemExpanded.connect(lambda item: self.collapsed.discard(_group(item)))
             tree.itemEntered.connect(self._entered)
@@ -62,6 +64,9 @@ class TransformPanel(QWidget):
             tree.viewport().installEventFilter(self)
             self.trees[level] = tree
             self.tabs.addTab(tree, level)
+        # no scroll arrows and no elision: the tab bar's minimum width is all its tabs
+        self.tabs.setUsesScrollButtons(False)
+        self.tabs.setElideMode(Qt.ElideNone)
         self.tabs.currentChanged.connect(lambda _: self._current_changed(self.current_item()))
         self.about = QLabel("Select nodes in the graph to see the matches that touch them.")
         self.about.setWordWrap(True)
@@ -116,7 +121,7 @@ class TransformPanel(QWidget):
                 group = QTreeWidgetItem([f"{name}  ({len(members)})",
                                          self._delta_text(best, "best ") if deltas else ""])
                 group.setFont(0, bold)
-                group.setToolTip(0, self._about(name))
+                group.setToolTip(0, f"{name}: {len(members)} match(es). {self._about(name)}")
                 self._colour(group, best)
                 tree.addTopLevelItem(group)
                 for m in members:
@@ -132,6 +137,7 @@ class TransformPanel(QWidget):
             tree.verticalScrollBar().setValue(scroll)
             tree.blockSignals(False)
             self.tabs.setTabText(i, f"{level} ({len(found)})")
+            self.tabs.setTabToolTip(i, f"{len(found)} {level} match(es)")
         n = len(self.ctl.selection)
         where = "the whole graph" if not n else f"{n} selected node{'s' if n > 1 else ''}"
         state = "" if predicted else " <span style='color:#777'>(predicting bytes…)</span>"

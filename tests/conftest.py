@@ -15,6 +15,7 @@ _cache = Path(_kept) if _kept else Path(tempfile.mkdtemp(prefix="wb-tests-"))
 _cache.mkdir(parents=True, exist_ok=True)
 os.environ["WORKBENCH_CACHE"] = str(_cache)
 os.environ["DACE_default_build_folder"] = str(_cache / "dacecache")
+os.environ["WORKBENCH_SESSIONS"] = str(_cache / "sessions")   # the window's autosaved sessions
 if "dace" in sys.modules:  # imported early by a plugin: its config is already read
     import dace
     dace.config.Config.set("default_build_folder", value=str(_cache / "dacecache"))

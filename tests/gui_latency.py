@@ -241,6 +241,7 @@ def main(argv=None) -> int:
                         help="print the threads' stacks during each gap over the goal")
     args = parser.parse_args(argv)
     os.environ.setdefault("WORKBENCH_CACHE", _scratch())   # builds and headers: ~50 MB
+    os.environ.setdefault("WORKBENCH_SESSIONS", _scratch())   # the windows' session folders
     from gui.qtapp import ensure_app
     ensure_app(offscreen=True)
     results = {}

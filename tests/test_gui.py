@@ -196,7 +196,8 @@ def test_open_by_drop_recent_files_and_bad_files(qtbot, window, tmp_path):
     w.dropEvent(QDropEvent(QPointF(5, 5), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
     wait_ready(qtbot, w)
     assert w.ctl.ws.name == "mlp" and w.settings.value("recent", type=list) == [str(path)]
-    assert [a.text() for a in w.recent_menu.actions()] == [str(path)]
+    assert [a.data() for a in w.recent_menu.actions()] == [str(path)]
+    assert [a.text() for a in w.recent_menu.actions()] == [f"Model: {path}"]
     bad = tmp_path / "broken.onnx"
     bad.write_bytes(b"not a model")
     w.open_model(str(bad))
