@@ -157,6 +157,36 @@ def test_fold_transpose_into_matmul_small():
     verify(ws)
 
 
+def test_sequence_first_projection_is_one_gemm():
+    """A sequence-first attention's input projection (PyTorch's MultiheadAttention
+    export: x.transpose(0, 1) @ W + b) folds to a MatMulStrided with a batch of
+    S one-row products; the BLAS call folds that batch back into the rows."""
+    from workbench.ops.layout_ops import gemm_plan, merged_views
+    S, D, N = 9, 8, 12
+    model = graph_model(
+        [node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+         node("MatMul", ["xt", "w"], ["p"]),
+         node("Add", ["p", "bias"], ["y"])],
+        {"x": [1, S, D]}, {"y": [S, 1, N]}, {"w": rand(D, N, seed=4), "bias": rand(N, seed=5)})
+    ws = workbench.open(model)
+    assert apply_all(ws, "FoldTransposeIntoMatMul") == ["fold /xt/Transpose into /p/MatMul (A)"]
+    core = next(n for n in onnx_ops(ws.sdfg) if n.op_type == "MatMulStrided")
+    views = {k: (tuple(core.attrs[f"{k}_shape"]), tuple(core.attrs[f"{k}_strides"]))
+             for k in "aby"}
+    assert views["a"][0] == (S, 1, D) and views["b"][1][0] == 0  # S one-row products
+    merged = merged_views(views, "a", "b", "y")
+    assert merged["a"][0] == (S, D) and merged["y"][0] == (S, N) and merged["b"][0] == (D, N)
+    assert gemm_plan(merged, "a", "b", "y")[:3] == (S, N, D)  # one S x N x D GEMM
+    verify(ws)
+    # a batched B (not broadcast) and rows that are not one even run stay batched
+    batched = {**views, "b": ((S, D, N), (D * N, N, 1))}
+    assert merged_views(batched, "a", "b", "y") == batched
+    gapped = {**views, "a": ((S, 2, D), (3 * D, D, 1)), "y": ((S, 2, N), (2 * N, N, 1))}
+    assert merged_views(gapped, "a", "b", "y") == gapped
+    even = {**gapped, "a": ((S, 2, D), (2 * D, D, 1))}
+    assert merged_views(even, "a", "b", "y")["a"] == ((2 * S, D), (D, 1))
+
+
 # -- FoldTransposeIntoConsumer --------------------------------------------------
 def test_fold_transpose_into_elementwise_readers():
     model = graph_model(

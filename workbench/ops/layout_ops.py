@@ -78,6 +78,42 @@ def _dims(call):
     return v, tuple(batch), m, n, v[a][0][-1]
 
 
+def _merge_rows(view, nb):
+    """``view`` with its last batch dim folded into its rows, or None when the rows of
+    consecutive batch entries are not one evenly strided run (or the batch is broadcast)."""
+    (*shape, n0, rows, cols), (*strides, s0, sr, sc) = view
+    if n0 != nb:
+        return None
+    if (s0, sr) == (0, 0):
+        stride = 0
+    elif nb == 1:
+        stride = sr
+    elif rows == 1:
+        stride = s0
+    elif s0 == rows * sr:
+        stride = sr
+    else:
+        return None
+    return (*shape, nb * rows, cols), (*strides, stride, sc)
+
+
+def merged_views(v, a, b, y):
+    """Batch dims folded into M while B does not move along them: one GEMM of
+    nb*M rows instead of nb GEMMs of M rows (ViT's sequence-first attention
+    projections had become 197 one-row GEMMs). Views are returned unchanged
+    where no dim folds."""
+    while len(v[y][0]) > 2:
+        nb = v[y][0][-3]
+        (*b_shape, b_n, k, n), (*b_strides, b_s, sk, sn) = v[b]
+        if b_s != 0 and b_n != 1:
+            return v
+        merged = {x: _merge_rows(view, nb) for x, view in v.items() if x != b}
+        if None in merged.values():
+            return v
+        v = {**merged, b: ((*b_shape, k, n), (*b_strides, sk, sn))}
+    return v
+
+
 def _output_ranges(batch, M, N) -> dict:
     return {**{f"b{i}": f"0:{n}" for i, n in enumerate(batch)}, "m": f"0:{M}", "n": f"0:{N}"}
 
@@ -156,7 +192,14 @@ def matmul_strided_blas(call):
     if impl is None:
         raise call.fail("no BLAS library found (install libopenblas-dev liblapacke-dev)")
     v, batch, M, N, K = _dims(call)
-    plan = gemm_plan(v, a, b, y)
+    merged = merged_views(v, a, b, y)
+    plan = gemm_plan(merged, a, b, y)
+    if plan is not None:
+        v = merged
+        *batch, M, N = v[y][0]
+        batch = tuple(batch)
+    else:
+        plan = gemm_plan(v, a, b, y)
     dtype = call.dtype(y)
     # cuBLAS (a GPU build) would need device pointers and its own strided call:
     # the map implementation runs there instead.
