@@ -27,24 +27,36 @@ from gui.qtapp import settle_long_lived_objects
 from gui.worker import QtProgress, Runner
 
 
-def predict_all(ws, matches, job, lock, every_s: float = 0.5) -> list:
+def predict_all(ws, matches, job, lock, wanted=lambda: (), every_s: float = 0.5) -> list:
     """Each match with ``delta_bytes``: bytes moved after applying it to a copy, minus now.
 
     The same measurement as ``Session.transformations(predict=True)``
     (``Session.predict``), one match at a time so the list fills in and a
-    superseded job stops early. A match that does not apply to a copy keeps
-    no prediction.
+    superseded job stops early. ``wanted()`` (read before each prediction)
+    names the matches to do first: the rows on screen. The list goes to the
+    window every ``every_s`` and as soon as no wanted row is left waiting. A
+    match that does not apply to a copy keeps no prediction.
     """
-    out, last = [], time.monotonic()
-    for i, match in enumerate(matches):
+    out = list(matches)
+    pending = {id(m): i for i, m in enumerate(matches)}
+    nxt, last, waited = 0, time.monotonic(), False
+    while pending:
         if job.cancelled:
-            return out + list(matches[i:])
+            return out
+        first = [pending[id(m)] for m in wanted() if id(m) in pending]
+        if first:
+            i = first[0]
+        else:
+            while id(matches[nxt]) not in pending:
+                nxt += 1
+            i = nxt
+        del pending[id(matches[i])]
         with lock:
-            match = ws.predict(match)
-        out.append(match)
-        if time.monotonic() - last > every_s:
-            job.report(out + list(matches[i + 1:]))
-            last = time.monotonic()
+            out[i] = ws.predict(matches[i])
+        waited = waited or len(first) > 0
+        if time.monotonic() - last > every_s or (waited and len(first) == 1):
+            job.report(list(out))
+            last, waited = time.monotonic(), False
     return out
 
 
@@ -90,6 +102,7 @@ class Controller(QObject):
         self.last_profile = None
         self.profile_repeat, self.profile_warmup = 10, 2
         self.matches_state = "done"     # listing | predicting | done
+        self.on_screen = ()             # the match rows the user sees: predicted first
         self.verify_steps = True        # check each applied step in the background
         self.checks = CheckLane(self)
         self.checking = self.checks.checking   # id() of history entries being checked
@@ -179,8 +192,10 @@ class Controller(QObject):
         """List matches for the selection (or the whole graph), then predict each one.
 
         Predictions fill in as they come (``matchesReady(matches, False)``
-        every half second) and stop early when a newer request supersedes
-        this one; ``matchesReady(matches, True)`` ends the listing.
+        every half second), the rows on screen first (``on_screen``, kept by
+        the transformation panel), and stop early when a newer request
+        supersedes this one; ``matchesReady(matches, True)`` ends the listing.
+        A selection lists only its own matches, so its rows come first.
         """
         ws, nodes = self.ws, (list(self.selection) or None)
         self.matches_state = "listing"
@@ -200,7 +215,7 @@ class Controller(QObject):
                 with self.lock:
                     matches += ws.transformations(nodes=nodes, predict=False, names=[t.name])
             job.report(matches)
-            return predict_all(ws, matches, job, self.lock)
+            return predict_all(ws, matches, job, self.lock, lambda: self.on_screen)
 
         def listed(matches):
             self.matches_state = "predicting"
