@@ -21,10 +21,12 @@ import time
 
 from PyQt5.QtCore import QObject, pyqtSignal
 
-from gui import sessions
+from gui import sessions, timing_check
+from gui.profile_names import as_shown
 from gui.check_lane import CheckLane
 from gui.qtapp import settle_long_lived_objects
 from gui.worker import QtProgress, Runner
+from workbench.runtime.threads import DEFAULT_THREADS
 
 
 def predict_all(ws, matches, job, lock, wanted=lambda: (), every_s: float = 0.5) -> list:
@@ -101,6 +103,8 @@ class Controller(QObject):
         self.last_build = None
         self.last_profile = None
         self.profile_repeat, self.profile_warmup = 10, 2
+        self.profile_threads = DEFAULT_THREADS   # OpenMP, BLAS and onnxruntime alike
+        self.last_conditions = None     # gui.timing_check.TimingConditions of last_profile
         self.matches_state = "done"     # listing | predicting | done
         self.on_screen = ()             # the match rows the user sees: predicted first
         self.verify_steps = True        # check each applied step in the background
@@ -169,7 +173,8 @@ class Controller(QObject):
         ws.step_checks = self._checkRequested.emit   # called by ws.apply in a worker
         self.selection, self.focus = (), None
         self.reports, self.last_build, self.analysis = {}, None, None
-        self.last_profile = ws.profiles[-1] if ws.profiles else None
+        self.last_profile = as_shown(ws, ws.profiles[-1]) if ws.profiles else None
+        self.last_conditions = None   # not measured in this window
         self.opened.emit()
         self.request_matches()
         self.request_analysis()
@@ -318,12 +323,19 @@ class Controller(QObject):
         if self.ws is None:
             return
         ws, repeat, warmup = self.ws, self.profile_repeat, self.profile_warmup
+        threads = self.profile_threads
 
         def work(job):
             build = self._with_sources(ws, ws.build())
             report = ws.verify()
-            prof = ws.profile(repeat=repeat, warmup=warmup) if profile else None
-            return build, report, prof
+            if not profile:
+                return build, report, None
+            # the load just around the timed runs: a busy machine makes them too long
+            conditions = timing_check.TimingConditions(threads, timing_check.cores(),
+                                                       timing_check.load_average())
+            prof = ws.profile(repeat=repeat, warmup=warmup, threads=threads)
+            conditions.load_after = timing_check.load_average()
+            return build, report, prof, conditions
         self._session_job("Profiling" if profile else "Verifying", work,
                           lambda r: self.record(r, on_done), cancellable=True,
                           error_title="Build failed")
@@ -377,8 +389,8 @@ class Controller(QObject):
             sessions.discard_if_empty(ws.folder)
 
     def record(self, result, on_done=None):
-        """Take (build, report, profile) results; any of them may be None."""
-        build, report, prof = result
+        """Take (build, report, profile[, timing conditions]) results; any may be None."""
+        build, report, prof = result[:3]
         if build is not None:
             self.last_build = build
             self.built.emit(build)
@@ -386,8 +398,9 @@ class Controller(QObject):
             self.reports[self.step_key()] = report
             self.verified.emit(report)
         if prof is not None:
-            self.last_profile = prof
-            self.profiled.emit(prof)
+            self.last_profile = as_shown(self.ws, prof)   # kernels named after the nodes
+            self.last_conditions = result[3] if len(result) > 3 else None
+            self.profiled.emit(self.last_profile)
             self.request_analysis()
         if on_done:
             on_done(result)

@@ -1,9 +1,12 @@
 """Profiling: verify/profile buttons, a matplotlib figure and the operator-class table.
 
-Left plot: per-operator time of the last profile (workbench, and
-onnxruntime where the profile has per-operator reference times). Right
-plot: total runtime at each history step profiled so far, with the
-onnxruntime baseline drawn across.
+Left plot: per-operator time of the last profile, each bar named by its
+node's label as the graph shows it (``gui.profile_names``). Right plot:
+total runtime at each history step profiled so far, with the onnxruntime
+baseline drawn across. Beside them: the thread count profiles use, the
+load average around the last profile with a warning when the machine was
+busy or the runs spread wide (``gui.timing_check``), and what the graph's
+node colours mean, uncoloured included.
 """
 import matplotlib
 
@@ -14,8 +17,10 @@ from PyQt5.QtCore import Qt  # noqa: E402
 from PyQt5.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QSpinBox,  # noqa: E402
                              QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
+from gui import timing_check  # noqa: E402
 from gui.graph_model import human_bytes  # noqa: E402
 from gui.history_panel import runtime_by_step  # noqa: E402
+from gui.profile_names import label_of  # noqa: E402
 
 TOP_OPERATORS = 12
 matplotlib.rcParams.update({"font.family": "DejaVu Sans", "font.size": 7.5})
@@ -41,6 +46,17 @@ class ProfilePanel(QWidget):
         self.repeat = QSpinBox(minimum=1, maximum=1000, value=controller.profile_repeat)
         self.repeat.setPrefix("runs ")
         self.repeat.valueChanged.connect(lambda v: setattr(controller, "profile_repeat", v))
+        self.threads = QSpinBox(minimum=1, maximum=max(64, timing_check.cores()),
+                                value=controller.profile_threads)
+        self.threads.setPrefix("threads ")
+        self.threads.setToolTip(f"Threads for the program (OpenMP, BLAS) and onnxruntime alike; "
+                                f"this machine has {timing_check.cores()} core(s)")
+        self.threads.valueChanged.connect(lambda v: setattr(controller, "profile_threads", v))
+        self.timing = QLabel("")
+        self.timing.setWordWrap(True)
+        self.timing.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.colours = QLabel("")
+        self.colours.setWordWrap(True)
         self.result = QLabel("Not verified yet.")
         self.result.setWordWrap(True)
         self.result.setTextInteractionFlags(Qt.TextSelectableByMouse)
@@ -57,14 +73,16 @@ class ProfilePanel(QWidget):
         self.movement.setWordWrap(True)
 
         buttons = QHBoxLayout()
-        for w in (self.verify_button, self.profile_button, self.repeat):
+        for w in (self.verify_button, self.profile_button, self.repeat, self.threads):
             buttons.addWidget(w)
         buttons.addStretch(1)
         side = QVBoxLayout()
         side.setContentsMargins(0, 0, 0, 0)
         side.addLayout(buttons)
         side.addWidget(self.result)
+        side.addWidget(self.timing)
         side.addWidget(self.movement)
+        side.addWidget(self.colours)
         side.addWidget(self.table, 1)
         row = QHBoxLayout(self)
         row.setContentsMargins(4, 4, 4, 4)
@@ -77,6 +95,9 @@ class ProfilePanel(QWidget):
         controller.opened.connect(self.refresh)
         controller.changed.connect(self._changed)
         controller.profiled.connect(lambda _: self.plot())
+        controller.profiled.connect(lambda _: self.show_timing())
+        controller.opened.connect(self.show_timing)
+        controller.changed.connect(self.show_timing)
         controller.verified.connect(lambda _: self.show_report())
         controller.analysed.connect(self.show_analysis)
         self.plot()
@@ -125,6 +146,21 @@ class ProfilePanel(QWidget):
                 self.table.setItem(r, c, item)
         self.table.resizeRowsToContents()
 
+    # -- how far to trust the times, what the colours mean ---------------------------
+    def show_timing(self):
+        prof, conditions = self.ctl.last_profile, self.ctl.last_conditions
+        self.colours.setText(colour_legend(self.ctl.ws, prof))
+        if prof is None:
+            self.timing.setText("")
+            return
+        said = conditions.describe() if conditions is not None else \
+            f"{prof.threads} thread(s); load not recorded (profiled before this window opened)"
+        warned = timing_check.warnings(conditions, prof)
+        self.timing.setText(f"Profile of step {prof.step}: {said}"
+                            + "".join(f"<br><b>⚠ {w}</b>" for w in warned))
+        self.timing.setStyleSheet("color: #b54708;" if warned else "color: #555;")
+        self.warned = warned
+
     # -- the figure ---------------------------------------------------------------
     def plot(self):
         prof = self.ctl.last_profile
@@ -133,19 +169,23 @@ class ProfilePanel(QWidget):
         ops = sorted((prof.per_operator if prof else {}).items(), key=lambda kv: -kv[1])
         ops = ops[:TOP_OPERATORS][::-1]
         if ops:
-            names = [_short(n) for n, _ in ops]
+            names = [_short(label_of(n, self._op_types())) for n, _ in ops]
             ys = range(len(ops))
             ax.barh(list(ys), [ms for _, ms in ops], 0.7, color="#3b7dd8", label="workbench")
             ax.set_yticks(list(ys))
             ax.set_yticklabels(names, fontsize=6.5)
             ax.set_xlabel("median ms per operator")
-            ax.set_title(f"Slowest operators (profile of step {prof.step})", fontsize=8)
+            busy = " — machine busy, times too long" if (
+                self.ctl.last_conditions is not None and self.ctl.last_conditions.busy) else ""
+            ax.set_title(f"Slowest operators (profile of step {prof.step}){busy}", fontsize=8,
+                         color="#b54708" if busy else "black")
         else:
             ax.text(0.5, 0.5, "Press Profile to time the operators", ha="center", va="center",
                     transform=ax.transAxes, color="#777")
             ax.set_xticks([])
             ax.set_yticks([])
         self.plotted["operators"] = len(ops)
+        self.plotted["labels"] = names if ops else []
 
         ax = self.ax_steps
         ax.clear()
@@ -180,6 +220,30 @@ class ProfilePanel(QWidget):
             ax.set_yticks([])
         self.plotted["steps"] = len(by_step)
         self.canvas.draw_idle()
+
+
+    def _op_types(self) -> dict:
+        from workbench.analysis import onnx_nodes
+        ws = self.ctl.ws
+        return {n.onnx_name: n.op_type for n, _ in onnx_nodes(ws.sdfg)} if ws is not None else {}
+
+
+def colour_legend(ws, prof) -> str:
+    """What each node colour of the graph's time overlay means, uncoloured included."""
+    if prof is None:
+        return ("<b>Node colours</b>: none yet. After Profile (and with <i>time</i> ticked in "
+                "the graph) each node is coloured by its measured time.")
+    swatch = "<span style='background:{};'>&nbsp;&nbsp;&nbsp;&nbsp;</span>"
+    hottest = max(prof.per_operator.values(), default=0.0)
+    from gui.graph_canvas import heat   # the graph view's own scale
+    scale = "".join(swatch.format(heat(f).name()) for f in (0.0, 0.25, 0.5, 0.75, 1.0))
+    current = ws is not None and prof.step == ws.position
+    stale = "" if current else (f" The graph shows step {ws.position if ws else '?'}: nodes "
+                                f"made since step {prof.step} are not in this profile.")
+    return (f"<b>Node colours</b> (profile of step {prof.step}): {scale} 0 → "
+            f"{hottest:.2f} ms, the time of the node's kernels (a map's nodes share its "
+            f"colour). Uncoloured: arrays (data moves, it does not run; edges show its "
+            f"bytes) and any node this profile has no kernel of.{stale}")
 
 
 def _quartiles(prof):
