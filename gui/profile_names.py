@@ -66,8 +66,10 @@ def as_shown(ws, profile):
     return replace(profile, per_operator=times)
 
 
-def label_of(operator: str, ops: dict) -> str:
+def label_of(operator: str, ops: dict, width: int = 28) -> str:
     """The node's label for a chart: "op type  ONNX name" for an ONNX operator
-    (``ops``: ONNX name -> op type), else the name the graph shows."""
+    (``ops``: ONNX name -> op type), else the name the graph shows; a name longer
+    than ``width`` keeps its end (where ONNX names differ)."""
+    name = operator if len(operator) <= width else "…" + operator[-(width - 1):]
     op_type = ops.get(operator)
-    return f"{op_type}  {operator}" if op_type else operator
+    return f"{op_type}  {name}" if op_type else name

@@ -169,7 +169,8 @@ class ProfilePanel(QWidget):
         ops = sorted((prof.per_operator if prof else {}).items(), key=lambda kv: -kv[1])
         ops = ops[:TOP_OPERATORS][::-1]
         if ops:
-            names = [_short(label_of(n, self._op_types())) for n, _ in ops]
+            types = self._op_types()
+            names = [label_of(n, types) for n, _ in ops]
             ys = range(len(ops))
             ax.barh(list(ys), [ms for _, ms in ops], 0.7, color="#3b7dd8", label="workbench")
             ax.set_yticks(list(ys))
@@ -252,7 +253,3 @@ def _quartiles(prof):
     if prof.samples_ms:
         return float(np.percentile(prof.samples_ms, 25)), float(np.percentile(prof.samples_ms, 75))
     return prof.min_ms, prof.max_ms
-
-
-def _short(name: str, width: int = 28) -> str:
-    return name if len(name) <= width else "…" + name[-(width - 1):]
