@@ -271,10 +271,11 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
         if self.sdfg.number_of_nodes() != 1:
             return None
         known = self._this_step()
-        if "state index" not in known:
+        if "state index" not in known:   # and the names, walked once per step, not per match
             known["state index"] = StateIndex(self.sdfg, self.sdfg.nodes()[0])
+            known["operator names"] = dict(self.operator_names())
         return local_delta(self.sdfg, known["state index"], transform.get(match.transformation),
-                           match, self.model.weights, self.operator_names(),
+                           match, self.model.weights, known["operator names"],
                            transform.apply_match)
 
     def _predict_whole(self, match) -> int:
