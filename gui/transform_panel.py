@@ -67,6 +67,8 @@ class TransformPanel(QWidget):
         self.predicted = False
         self.collapsed = {NO_CHANGE}   # groups folded (by the user; "No change" at first)
         self._shown = {}               # level -> what its tree shows (skip equal rebuilds)
+        self._rows = {}                # level -> [(group item, [match items])] as shown
+        self._row_match = {}           # id(match item) -> its match
         self.scope = QLabel("")
         self.scope.setWordWrap(True)
         self.tabs = QTabWidget()
@@ -157,7 +159,10 @@ class TransformPanel(QWidget):
         tree.clear()
         bold = QFont(tree.font())
         bold.setBold(True)
-        current, groups = None, []
+        current, groups, rows = None, [], []
+        for _, children in self._rows.get(level, ()):
+            for item in children:
+                self._row_match.pop(id(item), None)
         for name, members in arrange(found):
             deltas = [m.delta_bytes for m in members if m.delta_bytes is not None]
             best = min(deltas) if deltas else None
@@ -172,6 +177,7 @@ class TransformPanel(QWidget):
             group.setData(0, GROUP, name)
             group.setFont(0, bold)
             self._colour(group, best)
+            children = []
             for m in members:
                 text = m.description or ", ".join(m.nodes)
                 item = QTreeWidgetItem([f"{m.transformation}: {text}" if name == NO_CHANGE
@@ -180,9 +186,13 @@ class TransformPanel(QWidget):
                 item.setToolTip(0, f"{m.transformation}: {m.description}\n" + "\n".join(m.nodes))
                 self._colour(item, m.delta_bytes)
                 group.addChild(item)
+                children.append(item)
+                self._row_match[id(item)] = m
                 if keep is not None and m == keep:
                     current = item
             groups.append(group)
+            rows.append((group, children))
+        self._rows[level] = rows
         tree.addTopLevelItems(groups)
         for group in groups:
             group.setExpanded(_group(group) not in self.collapsed)
@@ -193,17 +203,27 @@ class TransformPanel(QWidget):
         tree.setUpdatesEnabled(True)
 
     def on_screen(self) -> list:
-        """The matches of the rows the current tab shows (what to predict first)."""
+        """The waiting matches of the rows the current tab shows (to predict first).
+
+        Read from the rows ``_fill`` laid out, with a handful of Qt calls: while a
+        prediction runs in a worker, each call back from Qt may wait for the GIL."""
         tree = self.tabs.currentWidget()
-        if tree is None:
+        level = next((k for k, t in self.trees.items() if t is tree), None)
+        top = tree.itemAt(0, 0) if tree is not None else None
+        if top is None:
             return []
-        out, item, height = [], tree.itemAt(0, 0), tree.viewport().height()
-        while item is not None and tree.visualItemRect(item).top() < height:
-            match = item.data(0, Qt.UserRole)
-            if match is not None and match.delta_bytes is None:
-                out.append(match)
-            item = tree.itemBelow(item)
-        return out
+        rows = []
+        for group, children in self._rows.get(level, ()):
+            rows.append(group)
+            if group.isExpanded():
+                rows.extend(children)
+        try:
+            first = rows.index(top)
+        except ValueError:
+            return []
+        count = tree.viewport().height() // max(1, tree.visualItemRect(top).height()) + 1
+        return [m for m in (self._row_match.get(id(item)) for item in rows[first:first + count])
+                if m is not None and m.delta_bytes is None]
 
     def _note_on_screen(self, *_):
         self.ctl.on_screen = self.on_screen()

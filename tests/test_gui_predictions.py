@@ -168,6 +168,20 @@ def test_selection_rows_first_and_on_screen_tracked(qtbot, window):
                if m.transformation != "PersistentAllocation")
     # what the worker reads first is the visible rows of the current tab (none waiting now)
     assert w.ctl.on_screen == [] and w.transforms.on_screen() == []
+    # with the whole graph's rows still waiting, the rows at the top of the tab are first
+    w.ctl.set_selection(())
+    wait_idle(qtbot, w)
+    with w.ctl.lock:
+        waiting = w.ctl.ws.transformations(predict=False)
+    w.transforms.show_matches(waiting, False)
+    tree = w.transforms.tabs.currentWidget()
+    shown = [tree.topLevelItem(i).child(j).data(0, Qt.UserRole)
+             for i in range(tree.topLevelItemCount()) if tree.topLevelItem(i).isExpanded()
+             for j in range(tree.topLevelItem(i).childCount())]
+    first = w.transforms.on_screen()
+    assert first and w.ctl.on_screen == first and len(first) < len(shown)
+    assert all(m.delta_bytes is None for m in first)
+    assert [id(m) for m in first] == [id(m) for m in shown[:len(first)]]
 
 
 def test_profile_names_meet_the_graph_after_auto(qtbot, window, monkeypatch):
