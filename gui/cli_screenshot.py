@@ -124,9 +124,9 @@ def _show_and_grab(window, ws, output, size, results, select, problem, timeout_s
     wait_until(idle, left())
     if select:
         for level in ("fusion", "local", "layout", "global"):   # show one match, highlighted
-            items = match_items(window.transforms.trees[level])
-            if items:
+            if window.transforms.matches_by_level.get(level):
                 window.transforms.tabs.setCurrentWidget(window.transforms.trees[level])
+                items = match_items(window.transforms.trees[level])   # filled when shown
                 window.transforms.trees[level].setCurrentItem(items[0])
                 break
     if problem is not None:

@@ -163,7 +163,13 @@ class ProfilePanel(QWidget):
 
     # -- the figure ---------------------------------------------------------------
     def plot(self):
-        prof = self.ctl.last_profile
+        prof, ws = self.ctl.last_profile, self.ctl.ws
+        # a redraw costs the UI thread ~100 ms: only when what it shows changed
+        shows = (id(prof), id(ws), ws.position if ws is not None else None,
+                 len(ws.profiles) if ws is not None else 0, id(self.ctl.last_conditions))
+        if shows == getattr(self, "_plotted_for", None):
+            return
+        self._plotted_for = shows
         ax = self.ax_ops
         ax.clear()
         ops = sorted((prof.per_operator if prof else {}).items(), key=lambda kv: -kv[1])

@@ -6,7 +6,7 @@ when the worker's prediction arrives, the rows on screen first, see
 per transformation, the largest saving first; matches that change nothing
 fold under one "No change" group. Hovering or selecting a row
 highlights its nodes in the graph; double-click or Apply applies it.
-Text is never cut: columns are as wide as their text (the change in bytes
+Text is never cut: columns are as wide as the text of the rows in view (the change in bytes
 first, then the match, which scrolls sideways in a narrow dock) and the
 level tabs make the panel as wide as they are.
 """
@@ -82,6 +82,10 @@ class TransformPanel(QWidget):
             header = tree.header()
             header.setStretchLastSection(False)
             header.setSectionResizeMode(QHeaderView.ResizeToContents)
+            # sized to the rows in view (again on scrolling): measuring all ~800 rows of a
+            # ViT export at every refresh held the window 50-190 ms; this takes ~10 ms
+            header.setResizeContentsPrecision(0)
+            tree.setUniformRowHeights(True)
             header.moveSection(1, 0)   # the change in bytes first: it is what one compares
             tree.itemCollapsed.connect(lambda item: self.collapsed.add(_group(item)))
             tree.itemExpanded.connect(lambda item: self.collapsed.discard(_group(item)))
@@ -97,7 +101,7 @@ class TransformPanel(QWidget):
         self.tabs.setUsesScrollButtons(False)
         self.tabs.setElideMode(Qt.ElideNone)
         self.tabs.currentChanged.connect(lambda _: self._current_changed(self.current_item()))
-        self.tabs.currentChanged.connect(self._note_on_screen)
+        self.tabs.currentChanged.connect(self._tab_shown)
         self.about = QLabel("Select nodes in the graph to see the matches that touch them.")
         self.about.setWordWrap(True)
         self.about.setStyleSheet("color: #333;")
@@ -133,9 +137,12 @@ class TransformPanel(QWidget):
         self.matches_by_level = {level: [] for level in LEVELS}
         for m in matches:
             self.matches_by_level.setdefault(level_of(m.transformation), []).append(m)
+        current_tree = self.tabs.currentWidget()
         for i, level in enumerate(LEVELS):
             found = self.matches_by_level.get(level, [])
-            self._fill(self.trees[level], level, found, keep)
+            if self.trees[level] is current_tree:
+                self._fill(self.trees[level], level, found, keep)
+            # the other tabs are filled when shown (_tab_shown): a refresh builds one tree
             self.tabs.setTabText(i, f"{level} ({len(found)})")
             self.tabs.setTabToolTip(i, f"{len(found)} {level} match(es)")
         n = len(self.ctl.selection)
@@ -145,6 +152,12 @@ class TransformPanel(QWidget):
                                       f"{len(matches) - waiting} of {len(matches)})</span>")
         self.scope.setText(f"<b>{len(matches)} matches for {where}</b>{state}")
         self._current_changed(self.current_item())
+        self._note_on_screen()
+
+    def _tab_shown(self, index: int) -> None:
+        level = LEVELS[index] if 0 <= index < len(LEVELS) else None
+        if level is not None:
+            self._fill(self.trees[level], level, self.matches_by_level.get(level, []), None)
         self._note_on_screen()
 
     def _fill(self, tree, level, found, keep) -> None:
@@ -259,6 +272,7 @@ class TransformPanel(QWidget):
     def select_match(self, match) -> bool:
         """Make ``match`` the current row (switching tab); for tests and scripting."""
         tree = self.trees[level_of(match.transformation)]
+        self.tabs.setCurrentWidget(tree)   # fills it (tabs are filled when shown)
         for item in match_items(tree):
             if item.data(0, Qt.UserRole) == match:
                 self.tabs.setCurrentWidget(tree)
