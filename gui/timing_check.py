@@ -5,8 +5,8 @@ With one other busy process, mbconv measured 168 ms where it runs in
 therefore records the load average just before and just after profiling
 (``Controller.profile``) and says so when the machine was busy or the runs
 disagree. The numbers are what ``os.getloadavg`` says (the 1-minute
-average of runnable processes, ours included) against the cores this
-process may use.
+average of runnable processes, ours included: a compile in the minute
+before raises it too) against the cores this process may use.
 """
 import os
 from dataclasses import dataclass
@@ -59,7 +59,8 @@ def warnings(conditions: TimingConditions, profile) -> list:
         worst = max(v for v in (conditions.load_before, conditions.load_after) if v is not None)
         out.append(f"The machine was busy (load {worst:.1f} above its {conditions.cores} "
                    f"cores): other programs took CPU time, so these times may be several "
-                   f"times too long. Profile again when it is quiet.")
+                   f"times too long. Profile again when it is quiet (the load is a 1-minute "
+                   f"average: a build just before counts too, so a second profile tells).")
     if profile is not None and profile.min_ms and profile.total_ms / profile.min_ms > WIDE_SPREAD:
         out.append(f"Wide spread: the median run ({profile.total_ms:.2f} ms) took "
                    f"{profile.total_ms / profile.min_ms:.1f}× the fastest "
