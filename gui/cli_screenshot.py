@@ -57,8 +57,12 @@ def run(args, progress) -> int:
             from gui.code_panel import attach_source_map
             build = attach_source_map(ws, ws.build())
             report = ws.verify()
+            from gui import timing_check   # the picture says how busy the machine was
+            conditions = timing_check.TimingConditions(ws_threads(), timing_check.cores(),
+                                                       timing_check.load_average())
             prof = ws.profile(repeat=args.repeat, warmup=1)
-            results = (build, report, prof)
+            conditions.load_after = timing_check.load_average()
+            results = (build, report, prof, conditions)
         except workbench.WorkbenchError as e:
             problem = e
             sys.stderr.write(f"warning: {e}\n(the screenshot shows the model without a profile)\n")
@@ -67,6 +71,11 @@ def run(args, progress) -> int:
                       args.timeout)
     print(f"wrote {path}")
     return 0
+
+
+def ws_threads() -> int:
+    from workbench.runtime.threads import DEFAULT_THREADS
+    return DEFAULT_THREADS
 
 
 def render(ws, output, size, results, select=None, problem=None, timeout_s=300.0) -> Path:

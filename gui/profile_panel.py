@@ -57,6 +57,7 @@ class ProfilePanel(QWidget):
         self.timing.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.colours = QLabel("")
         self.colours.setWordWrap(True)
+        self.colours.setToolTip(COLOURS_DETAIL)
         self.result = QLabel("Not verified yet.")
         self.result.setWordWrap(True)
         self.result.setTextInteractionFlags(Qt.TextSelectableByMouse)
@@ -154,10 +155,12 @@ class ProfilePanel(QWidget):
             self.timing.setText("")
             return
         said = conditions.describe() if conditions is not None else \
-            f"{prof.threads} thread(s); load not recorded (profiled before this window opened)"
+            f"{prof.threads} thread(s); load not recorded (not profiled in this window)"
         warned = timing_check.warnings(conditions, prof)
-        self.timing.setText(f"Profile of step {prof.step}: {said}"
-                            + "".join(f"<br><b>⚠ {w}</b>" for w in warned))
+        self.timing.setText(f"Step {prof.step} profile: {said}"
+                            + "".join(f"<br><b>⚠ {timing_check.headline(w)}</b>" for w in warned))
+        self.timing.setToolTip("\n\n".join(warned) or "The machine was quiet and the runs "
+                                                       "agreed.")
         self.timing.setStyleSheet("color: #b54708;" if warned else "color: #555;")
         self.warned = warned
 
@@ -236,21 +239,26 @@ class ProfilePanel(QWidget):
 
 
 def colour_legend(ws, prof) -> str:
-    """What each node colour of the graph's time overlay means, uncoloured included."""
+    """What each node colour of the graph's time overlay means, uncoloured included
+    (the details are ``COLOURS_DETAIL``, the label's tooltip)."""
     if prof is None:
-        return ("<b>Node colours</b>: none yet. After Profile (and with <i>time</i> ticked in "
-                "the graph) each node is coloured by its measured time.")
-    swatch = "<span style='background:{};'>&nbsp;&nbsp;&nbsp;&nbsp;</span>"
-    hottest = max(prof.per_operator.values(), default=0.0)
+        return "<b>Node colours</b>: none until Profile (then each node's measured time)."
     from gui.graph_canvas import heat   # the graph view's own scale
+    swatch = "<span style='background:{};'>&nbsp;&nbsp;&nbsp;</span>"
+    hottest = max(prof.per_operator.values(), default=0.0)
     scale = "".join(swatch.format(heat(f).name()) for f in (0.0, 0.25, 0.5, 0.75, 1.0))
-    current = ws is not None and prof.step == ws.position
-    stale = "" if current else (f" The graph shows step {ws.position if ws else '?'}: nodes "
-                                f"made since step {prof.step} are not in this profile.")
-    return (f"<b>Node colours</b> (profile of step {prof.step}): {scale} 0 → "
-            f"{hottest:.2f} ms, the time of the node's kernels (a map's nodes share its "
-            f"colour). Uncoloured: arrays (data moves, it does not run; edges show its "
-            f"bytes) and any node this profile has no kernel of.{stale}")
+    stale = "" if ws is not None and prof.step == ws.position else \
+        f"; nodes made after step {prof.step} are not in it"
+    return (f"<b>Node colours</b> {scale} 0 → {hottest:.2f} ms per node; uncoloured: "
+            f"arrays, and nodes this profile has no kernel of{stale}.")
+
+
+COLOURS_DETAIL = ("A node's colour is the time of its kernels in the last profile, from white "
+                  "(fastest) to red (the hottest node); a map's entry, exit and contents share "
+                  "its colour. Arrays (access nodes) are never coloured: data moves, it does "
+                  "not run; the edges' width and colour show its bytes. A compute node stays "
+                  "uncoloured only when the profile has no kernel of it, which happens for "
+                  "nodes made by steps after the profiled one.")
 
 
 def _quartiles(prof):

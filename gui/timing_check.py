@@ -53,16 +53,22 @@ class TimingConditions:
 
 
 def warnings(conditions: TimingConditions, profile) -> list:
-    """Sentences saying why ``profile``'s times may be too long or unstable."""
+    """Why ``profile``'s times may be too long or unstable: each a short first
+    sentence (what the panel shows) followed by the details (its tooltip)."""
     out = []
     if conditions is not None and conditions.busy:
         worst = max(v for v in (conditions.load_before, conditions.load_after) if v is not None)
-        out.append(f"The machine was busy (load {worst:.1f} above its {conditions.cores} "
-                   f"cores): other programs took CPU time, so these times may be several "
-                   f"times too long. Profile again when it is quiet (the load is a 1-minute "
-                   f"average: a build just before counts too, so a second profile tells).")
+        out.append(f"Machine busy: load {worst:.1f} above its {conditions.cores} cores. Other "
+                   f"programs took CPU time, so these times may be several times too long. "
+                   f"Profile again when it is quiet (the load is a 1-minute average: a build "
+                   f"just before counts too, so a second profile tells).")
     if profile is not None and profile.min_ms and profile.total_ms / profile.min_ms > WIDE_SPREAD:
-        out.append(f"Wide spread: the median run ({profile.total_ms:.2f} ms) took "
-                   f"{profile.total_ms / profile.min_ms:.1f}× the fastest "
-                   f"({profile.min_ms:.2f} ms); the runs were disturbed.")
+        out.append(f"Wide spread: the median run took {profile.total_ms / profile.min_ms:.1f}× "
+                   f"the fastest. The median ({profile.total_ms:.2f} ms) and the fastest run "
+                   f"({profile.min_ms:.2f} ms) disagree: the runs were disturbed.")
     return out
+
+
+def headline(warning: str) -> str:
+    """The first sentence of a warning."""
+    return warning.split(". ", 1)[0].rstrip(".") + "."

@@ -217,9 +217,16 @@ def test_profile_names_meet_the_graph_after_auto(qtbot, window, monkeypatch):
         timeout=30_000)
     # the chart's bars are the nodes' labels: op type and ONNX name
     assert any(label.startswith("ConvEpilogue") for label in w.profile.plotted["labels"])
-    assert "Uncoloured" in w.profile.colours.text()
-    # the busy machine is said, visibly
-    assert w.profile.timing.isVisible() and "machine was busy" in w.profile.timing.text()
+    assert "uncoloured: arrays" in w.profile.colours.text()
+    # the fused convolutions' time counts as tensor contraction in the class table
+    def runtime_share(cls):
+        rows = ctl.analysis[1] if ctl.analysis else []
+        return next((r.get("runtime_pct") for r in rows if r["class"] == cls), None)
+    qtbot.waitUntil(lambda: runtime_share("tensor contraction") is not None, timeout=60_000)
+    assert runtime_share("tensor contraction") > 50
+    # the busy machine is said, visibly, with the details in the tooltip
+    assert w.profile.timing.isVisible() and "Machine busy" in w.profile.timing.text()
+    assert "several times too long" in w.profile.timing.toolTip()
     assert any("busy" in warning for warning in w.profile.warned)
 
 
@@ -234,6 +241,7 @@ def test_quiet_machine_and_wide_spread_warnings():
                      samples_ms=[18.8, 168.0, 300.0])
     said = timing_check.warnings(quiet, spread)
     assert len(said) == 1 and "8.9×" in said[0]
+    assert timing_check.headline(said[0]) == "Wide spread: the median run took 8.9× the fastest."
 
 
 def test_screenshot_says_what_was_not_ready(tmp_path, capsys):
