@@ -4,7 +4,8 @@ The model is opened, the recipe applied and (unless ``--no-profile``) the
 program built, verified and profiled synchronously (with a recipe, the
 import is profiled first too), so the picture shows every panel with data.
 Layout and match listing still run in the window's
-workers; the command waits for them before grabbing.
+workers; the command waits for them before grabbing, at most ``--timeout``
+seconds in all, and the picture's status bar says what was not ready then.
 """
 import sys
 import tempfile
@@ -24,6 +25,9 @@ def register(sub):
     p.add_argument("--no-profile", action="store_true", help="skip build, verify and profile")
     p.add_argument("--repeat", type=int, default=5, help="profile runs (default 5)")
     p.add_argument("--size", default="1600x1000", metavar="WxH")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="longest wait for the window's workers (layout, matches, predictions) "
+                        "before the picture is taken anyway (default 300)")
     p.set_defaults(run=run)
 
 
@@ -53,18 +57,28 @@ def run(args, progress) -> int:
             from gui.code_panel import attach_source_map
             build = attach_source_map(ws, ws.build())
             report = ws.verify()
+            from gui import timing_check   # the picture says how busy the machine was
+            conditions = timing_check.TimingConditions(ws_threads(), timing_check.cores(),
+                                                       timing_check.load_average())
             prof = ws.profile(repeat=args.repeat, warmup=1)
-            results = (build, report, prof)
+            conditions.load_after = timing_check.load_average()
+            results = (build, report, prof, conditions)
         except workbench.WorkbenchError as e:
             problem = e
             sys.stderr.write(f"warning: {e}\n(the screenshot shows the model without a profile)\n")
     with progress.phase("render window"):
-        path = render(ws, args.output, (width, height), results, args.select, problem)
+        path = render(ws, args.output, (width, height), results, args.select, problem,
+                      args.timeout)
     print(f"wrote {path}")
     return 0
 
 
-def render(ws, output, size, results, select=None, problem=None) -> Path:
+def ws_threads() -> int:
+    from workbench.runtime.threads import DEFAULT_THREADS
+    return DEFAULT_THREADS
+
+
+def render(ws, output, size, results, select=None, problem=None, timeout_s=300.0) -> Path:
     from PyQt5.QtCore import QSettings
     from gui.qtapp import ensure_app
     ensure_app(offscreen=True)
@@ -73,13 +87,32 @@ def render(ws, output, size, results, select=None, problem=None) -> Path:
                          QSettings.IniFormat)   # never touch the user's recent files
     window = MainWindow(settings)
     try:
-        return _show_and_grab(window, ws, output, size, results, select, problem)
+        return _show_and_grab(window, ws, output, size, results, select, problem, timeout_s)
     finally:
         window.ctl.runner.shutdown()   # no worker may outlive the window
         window.close()
 
 
-def _show_and_grab(window, ws, output, size, results, select, problem) -> Path:
+def not_ready(window) -> str:
+    """What the window's workers have not finished, in words ("" when all is done)."""
+    ctl, runner, parts = window.ctl, window.ctl.runner, []
+    if window.graph.desc is None or runner.busy("layout"):
+        parts.append("graph layout")
+    if runner.busy("session"):
+        parts.append(runner.current("session").title if runner.current("session") else "a step")
+    if ctl.matches_state == "listing":
+        parts.append("transformation list")
+    elif ctl.matches_state == "predicting":
+        listed = [m for ms in window.transforms.matches_by_level.values() for m in ms]
+        waiting = sum(m.delta_bytes is None for m in listed)
+        parts.append(f"byte predictions ({waiting} of {len(listed)} rows still '…')")
+    if runner.busy("analysis"):
+        parts.append("data-movement analysis")
+    return ", ".join(parts)
+
+
+def _show_and_grab(window, ws, output, size, results, select, problem, timeout_s) -> Path:
+    import time
     from PyQt5.QtWidgets import QApplication
     from gui.controller import describe_error
     from gui.qtapp import wait_until
@@ -90,23 +123,32 @@ def _show_and_grab(window, ws, output, size, results, select, problem) -> Path:
     ctl.set_session(ws)
     if any(r is not None for r in results):
         ctl.record(results)
+    deadline = time.monotonic() + timeout_s
     idle = lambda: ctl.runner.idle() and window.graph.desc is not None  # noqa: E731
-    wait_until(idle, 600)
+    left = lambda: max(0.0, deadline - time.monotonic())  # noqa: E731
+    wait_until(lambda: window.graph.desc is not None and not ctl.runner.busy("layout"), left())
     if select:
         if not window.graph.find_node(select):
             raise BadInputError(f"--select '{select}': no node has that name, op type or array.")
-        wait_until(idle, 600)
+    wait_until(idle, left())
+    if select:
         for level in ("fusion", "local", "layout", "global"):   # show one match, highlighted
-            items = match_items(window.transforms.trees[level])
-            if items:
+            if window.transforms.matches_by_level.get(level):
                 window.transforms.tabs.setCurrentWidget(window.transforms.trees[level])
+                items = match_items(window.transforms.trees[level])   # filled when shown
                 window.transforms.trees[level].setCurrentItem(items[0])
                 break
     if problem is not None:
         window.show_error("Build failed", describe_error(problem))
-    wait_until(idle, 60)
+    wait_until(idle, left())
     window.profile.canvas.draw()
     QApplication.processEvents()
+    missing = not_ready(window)
+    if missing:   # the picture says what it does not show yet
+        note = f"Screenshot taken after {timeout_s:.0f} s; not ready yet: {missing}"
+        window.statusBar().showMessage(note)
+        sys.stderr.write(f"warning: {note}\n")
+        QApplication.processEvents()
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
     if not window.grab().save(str(path), "PNG"):

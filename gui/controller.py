@@ -21,30 +21,44 @@ import time
 
 from PyQt5.QtCore import QObject, pyqtSignal
 
-from gui import sessions
+from gui import sessions, timing_check
+from gui.profile_names import as_shown
 from gui.check_lane import CheckLane
 from gui.qtapp import settle_long_lived_objects
 from gui.worker import QtProgress, Runner
+from workbench.runtime.threads import DEFAULT_THREADS
 
 
-def predict_all(ws, matches, job, lock, every_s: float = 0.5) -> list:
+def predict_all(ws, matches, job, lock, wanted=lambda: (), every_s: float = 0.5) -> list:
     """Each match with ``delta_bytes``: bytes moved after applying it to a copy, minus now.
 
     The same measurement as ``Session.transformations(predict=True)``
     (``Session.predict``), one match at a time so the list fills in and a
-    superseded job stops early. A match that does not apply to a copy keeps
-    no prediction.
+    superseded job stops early. ``wanted()`` (read before each prediction)
+    names the matches to do first: the rows on screen. The list goes to the
+    window every ``every_s`` and as soon as no wanted row is left waiting. A
+    match that does not apply to a copy keeps no prediction.
     """
-    out, last = [], time.monotonic()
-    for i, match in enumerate(matches):
+    out = list(matches)
+    pending = {id(m): i for i, m in enumerate(matches)}
+    nxt, last, waited = 0, time.monotonic(), False
+    while pending:
         if job.cancelled:
-            return out + list(matches[i:])
+            return out
+        first = [pending[id(m)] for m in wanted() if id(m) in pending]
+        if first:
+            i = first[0]
+        else:
+            while id(matches[nxt]) not in pending:
+                nxt += 1
+            i = nxt
+        del pending[id(matches[i])]
         with lock:
-            match = ws.predict(match)
-        out.append(match)
-        if time.monotonic() - last > every_s:
-            job.report(out + list(matches[i + 1:]))
-            last = time.monotonic()
+            out[i] = ws.predict(matches[i])
+        waited = waited or len(first) > 0
+        if time.monotonic() - last > every_s or (waited and len(first) == 1):
+            job.report(list(out))
+            last, waited = time.monotonic(), False
     return out
 
 
@@ -89,7 +103,10 @@ class Controller(QObject):
         self.last_build = None
         self.last_profile = None
         self.profile_repeat, self.profile_warmup = 10, 2
+        self.profile_threads = DEFAULT_THREADS   # OpenMP, BLAS and onnxruntime alike
+        self.last_conditions = None     # gui.timing_check.TimingConditions of last_profile
         self.matches_state = "done"     # listing | predicting | done
+        self.on_screen = ()             # the match rows the user sees: predicted first
         self.verify_steps = True        # check each applied step in the background
         self.checks = CheckLane(self)
         self.checking = self.checks.checking   # id() of history entries being checked
@@ -156,7 +173,8 @@ class Controller(QObject):
         ws.step_checks = self._checkRequested.emit   # called by ws.apply in a worker
         self.selection, self.focus = (), None
         self.reports, self.last_build, self.analysis = {}, None, None
-        self.last_profile = ws.profiles[-1] if ws.profiles else None
+        self.last_profile = as_shown(ws, ws.profiles[-1]) if ws.profiles else None
+        self.last_conditions = None   # not measured in this window
         self.opened.emit()
         self.request_matches()
         self.request_analysis()
@@ -179,8 +197,10 @@ class Controller(QObject):
         """List matches for the selection (or the whole graph), then predict each one.
 
         Predictions fill in as they come (``matchesReady(matches, False)``
-        every half second) and stop early when a newer request supersedes
-        this one; ``matchesReady(matches, True)`` ends the listing.
+        every half second), the rows on screen first (``on_screen``, kept by
+        the transformation panel), and stop early when a newer request
+        supersedes this one; ``matchesReady(matches, True)`` ends the listing.
+        A selection lists only its own matches, so its rows come first.
         """
         ws, nodes = self.ws, (list(self.selection) or None)
         self.matches_state = "listing"
@@ -200,7 +220,7 @@ class Controller(QObject):
                 with self.lock:
                     matches += ws.transformations(nodes=nodes, predict=False, names=[t.name])
             job.report(matches)
-            return predict_all(ws, matches, job, self.lock)
+            return predict_all(ws, matches, job, self.lock, lambda: self.on_screen)
 
         def listed(matches):
             self.matches_state = "predicting"
@@ -303,12 +323,19 @@ class Controller(QObject):
         if self.ws is None:
             return
         ws, repeat, warmup = self.ws, self.profile_repeat, self.profile_warmup
+        threads = self.profile_threads
 
         def work(job):
             build = self._with_sources(ws, ws.build())
             report = ws.verify()
-            prof = ws.profile(repeat=repeat, warmup=warmup) if profile else None
-            return build, report, prof
+            if not profile:
+                return build, report, None
+            # the load just around the timed runs: a busy machine makes them too long
+            conditions = timing_check.TimingConditions(threads, timing_check.cores(),
+                                                       timing_check.load_average())
+            prof = ws.profile(repeat=repeat, warmup=warmup, threads=threads)
+            conditions.load_after = timing_check.load_average()
+            return build, report, prof, conditions
         self._session_job("Profiling" if profile else "Verifying", work,
                           lambda r: self.record(r, on_done), cancellable=True,
                           error_title="Build failed")
@@ -362,8 +389,8 @@ class Controller(QObject):
             sessions.discard_if_empty(ws.folder)
 
     def record(self, result, on_done=None):
-        """Take (build, report, profile) results; any of them may be None."""
-        build, report, prof = result
+        """Take (build, report, profile[, timing conditions]) results; any may be None."""
+        build, report, prof = result[:3]
         if build is not None:
             self.last_build = build
             self.built.emit(build)
@@ -371,8 +398,9 @@ class Controller(QObject):
             self.reports[self.step_key()] = report
             self.verified.emit(report)
         if prof is not None:
-            self.last_profile = prof
-            self.profiled.emit(prof)
+            self.last_profile = as_shown(self.ws, prof)   # kernels named after the nodes
+            self.last_conditions = result[3] if len(result) > 3 else None
+            self.profiled.emit(self.last_profile)
             self.request_analysis()
         if on_done:
             on_done(result)

@@ -1,9 +1,12 @@
 """Profiling: verify/profile buttons, a matplotlib figure and the operator-class table.
 
-Left plot: per-operator time of the last profile (workbench, and
-onnxruntime where the profile has per-operator reference times). Right
-plot: total runtime at each history step profiled so far, with the
-onnxruntime baseline drawn across.
+Left plot: per-operator time of the last profile, each bar named by its
+node's label as the graph shows it (``gui.profile_names``). Right plot:
+total runtime at each history step profiled so far, with the onnxruntime
+baseline drawn across. Beside them: the thread count profiles use, the
+load average around the last profile with a warning when the machine was
+busy or the runs spread wide (``gui.timing_check``), and what the graph's
+node colours mean, uncoloured included.
 """
 import matplotlib
 
@@ -14,8 +17,10 @@ from PyQt5.QtCore import Qt  # noqa: E402
 from PyQt5.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QSpinBox,  # noqa: E402
                              QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
+from gui import timing_check  # noqa: E402
 from gui.graph_model import human_bytes  # noqa: E402
 from gui.history_panel import runtime_by_step  # noqa: E402
+from gui.profile_names import label_of  # noqa: E402
 
 TOP_OPERATORS = 12
 matplotlib.rcParams.update({"font.family": "DejaVu Sans", "font.size": 7.5})
@@ -41,6 +46,18 @@ class ProfilePanel(QWidget):
         self.repeat = QSpinBox(minimum=1, maximum=1000, value=controller.profile_repeat)
         self.repeat.setPrefix("runs ")
         self.repeat.valueChanged.connect(lambda v: setattr(controller, "profile_repeat", v))
+        self.threads = QSpinBox(minimum=1, maximum=max(64, timing_check.cores()),
+                                value=controller.profile_threads)
+        self.threads.setPrefix("threads ")
+        self.threads.setToolTip(f"Threads for the program (OpenMP, BLAS) and onnxruntime alike; "
+                                f"this machine has {timing_check.cores()} core(s)")
+        self.threads.valueChanged.connect(lambda v: setattr(controller, "profile_threads", v))
+        self.timing = QLabel("")
+        self.timing.setWordWrap(True)
+        self.timing.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.colours = QLabel("")
+        self.colours.setWordWrap(True)
+        self.colours.setToolTip(COLOURS_DETAIL)
         self.result = QLabel("Not verified yet.")
         self.result.setWordWrap(True)
         self.result.setTextInteractionFlags(Qt.TextSelectableByMouse)
@@ -57,14 +74,16 @@ class ProfilePanel(QWidget):
         self.movement.setWordWrap(True)
 
         buttons = QHBoxLayout()
-        for w in (self.verify_button, self.profile_button, self.repeat):
+        for w in (self.verify_button, self.profile_button, self.repeat, self.threads):
             buttons.addWidget(w)
         buttons.addStretch(1)
         side = QVBoxLayout()
         side.setContentsMargins(0, 0, 0, 0)
         side.addLayout(buttons)
         side.addWidget(self.result)
+        side.addWidget(self.timing)
         side.addWidget(self.movement)
+        side.addWidget(self.colours)
         side.addWidget(self.table, 1)
         row = QHBoxLayout(self)
         row.setContentsMargins(4, 4, 4, 4)
@@ -77,6 +96,9 @@ class ProfilePanel(QWidget):
         controller.opened.connect(self.refresh)
         controller.changed.connect(self._changed)
         controller.profiled.connect(lambda _: self.plot())
+        controller.profiled.connect(lambda _: self.show_timing())
+        controller.opened.connect(self.show_timing)
+        controller.changed.connect(self.show_timing)
         controller.verified.connect(lambda _: self.show_report())
         controller.analysed.connect(self.show_analysis)
         self.plot()
@@ -125,27 +147,55 @@ class ProfilePanel(QWidget):
                 self.table.setItem(r, c, item)
         self.table.resizeRowsToContents()
 
+    # -- how far to trust the times, what the colours mean ---------------------------
+    def show_timing(self):
+        prof, conditions = self.ctl.last_profile, self.ctl.last_conditions
+        self.colours.setText(colour_legend(self.ctl.ws, prof))
+        if prof is None:
+            self.timing.setText("")
+            return
+        said = conditions.describe() if conditions is not None else \
+            f"{prof.threads} thread(s); load not recorded (not profiled in this window)"
+        warned = timing_check.warnings(conditions, prof)
+        self.timing.setText(f"Step {prof.step} profile: {said}"
+                            + "".join(f"<br><b>⚠ {timing_check.headline(w)}</b>" for w in warned))
+        self.timing.setToolTip("\n\n".join(warned) or "The machine was quiet and the runs "
+                                                       "agreed.")
+        self.timing.setStyleSheet("color: #b54708;" if warned else "color: #555;")
+        self.warned = warned
+
     # -- the figure ---------------------------------------------------------------
     def plot(self):
-        prof = self.ctl.last_profile
+        prof, ws = self.ctl.last_profile, self.ctl.ws
+        # a redraw costs the UI thread ~100 ms: only when what it shows changed
+        shows = (id(prof), id(ws), ws.position if ws is not None else None,
+                 len(ws.profiles) if ws is not None else 0, id(self.ctl.last_conditions))
+        if shows == getattr(self, "_plotted_for", None):
+            return
+        self._plotted_for = shows
         ax = self.ax_ops
         ax.clear()
         ops = sorted((prof.per_operator if prof else {}).items(), key=lambda kv: -kv[1])
         ops = ops[:TOP_OPERATORS][::-1]
         if ops:
-            names = [_short(n) for n, _ in ops]
+            types = self._op_types()
+            names = [label_of(n, types) for n, _ in ops]
             ys = range(len(ops))
             ax.barh(list(ys), [ms for _, ms in ops], 0.7, color="#3b7dd8", label="workbench")
             ax.set_yticks(list(ys))
             ax.set_yticklabels(names, fontsize=6.5)
             ax.set_xlabel("median ms per operator")
-            ax.set_title(f"Slowest operators (profile of step {prof.step})", fontsize=8)
+            busy = " — machine busy, times too long" if (
+                self.ctl.last_conditions is not None and self.ctl.last_conditions.busy) else ""
+            ax.set_title(f"Slowest operators (profile of step {prof.step}){busy}", fontsize=8,
+                         color="#b54708" if busy else "black")
         else:
             ax.text(0.5, 0.5, "Press Profile to time the operators", ha="center", va="center",
                     transform=ax.transAxes, color="#777")
             ax.set_xticks([])
             ax.set_yticks([])
         self.plotted["operators"] = len(ops)
+        self.plotted["labels"] = names if ops else []
 
         ax = self.ax_steps
         ax.clear()
@@ -182,13 +232,38 @@ class ProfilePanel(QWidget):
         self.canvas.draw_idle()
 
 
+    def _op_types(self) -> dict:
+        from workbench.analysis import onnx_nodes
+        ws = self.ctl.ws
+        return {n.onnx_name: n.op_type for n, _ in onnx_nodes(ws.sdfg)} if ws is not None else {}
+
+
+def colour_legend(ws, prof) -> str:
+    """What each node colour of the graph's time overlay means, uncoloured included
+    (the details are ``COLOURS_DETAIL``, the label's tooltip)."""
+    if prof is None:
+        return "<b>Node colours</b>: none until Profile (then each node's measured time)."
+    from gui.graph_canvas import heat   # the graph view's own scale
+    swatch = "<span style='background:{};'>&nbsp;&nbsp;&nbsp;</span>"
+    hottest = max(prof.per_operator.values(), default=0.0)
+    scale = "".join(swatch.format(heat(f).name()) for f in (0.0, 0.25, 0.5, 0.75, 1.0))
+    stale = "" if ws is not None and prof.step == ws.position else \
+        f"; nodes made after step {prof.step} are not in it"
+    return (f"<b>Node colours</b> {scale} 0 → {hottest:.2f} ms per node; uncoloured: "
+            f"arrays, and nodes this profile has no kernel of{stale}.")
+
+
+COLOURS_DETAIL = ("A node's colour is the time of its kernels in the last profile, from white "
+                  "(fastest) to red (the hottest node); a map's entry, exit and contents share "
+                  "its colour. Arrays (access nodes) are never coloured: data moves, it does "
+                  "not run; the edges' width and colour show its bytes. A compute node stays "
+                  "uncoloured only when the profile has no kernel of it, which happens for "
+                  "nodes made by steps after the profiled one.")
+
+
 def _quartiles(prof):
     """25th and 75th percentile of a profile's samples (min and max without samples)."""
     import numpy as np
     if prof.samples_ms:
         return float(np.percentile(prof.samples_ms, 25)), float(np.percentile(prof.samples_ms, 75))
     return prof.min_ms, prof.max_ms
-
-
-def _short(name: str, width: int = 28) -> str:
-    return name if len(name) <= width else "…" + name[-(width - 1):]

@@ -1,9 +1,13 @@
 """Transformations: the matches for the selection (or the whole graph), by level.
 
 Each row is one match with the predicted change in bytes moved (filled in
-when the worker's prediction arrives). Hovering or selecting a row
+when the worker's prediction arrives, the rows on screen first, see
+``Controller.request_matches``). Rows are sorted as predictions arrive:
+per transformation, the largest saving first; matches that change nothing
+fold under one "No change" group. A refresh fills only the tab shown (the
+others when they are shown): on a ViT export it takes ~10 ms of the UI thread. Hovering or selecting a row
 highlights its nodes in the graph; double-click or Apply applies it.
-Text is never cut: columns are as wide as their text (the change in bytes
+Text is never cut: columns are as wide as the text of the rows in view (the change in bytes
 first, then the match, which scrolls sideways in a narrow dock) and the
 level tabs make the panel as wide as they are.
 """
@@ -25,8 +29,12 @@ def level_of(name: str) -> str:
         return "local"
 
 
+NO_CHANGE = "No change"   # the group of matches predicted to move the same bytes
+GROUP = Qt.UserRole + 1     # a group row's key: its transformation, or NO_CHANGE
+
+
 def _group(item) -> str:
-    return item.text(0).split(" ")[0]
+    return item.data(0, GROUP) or item.text(0).split(" ")[0]
 
 
 def match_items(tree) -> list:
@@ -35,13 +43,33 @@ def match_items(tree) -> list:
             for j in range(tree.topLevelItem(i).childCount())]
 
 
+def arrange(found: list) -> list:
+    """[(group key, matches)] in the order shown: predicted savings first (each
+    transformation's rows by their change, its group where its best row is),
+    rows still waiting for a prediction after them, then NO_CHANGE."""
+    def key(m):
+        return (m.delta_bytes is None, m.delta_bytes or 0)
+    changing = sorted((m for m in found if m.delta_bytes != 0), key=key)
+    groups = {}
+    for m in changing:
+        groups.setdefault(m.transformation, []).append(m)
+    out = list(groups.items())
+    unchanged = [m for m in found if m.delta_bytes == 0]
+    if unchanged:
+        out.append((NO_CHANGE, unchanged))
+    return out
+
+
 class TransformPanel(QWidget):
     def __init__(self, controller, parent=None):
         super().__init__(parent)
         self.ctl = controller
         self.matches_by_level = {level: [] for level in LEVELS}
         self.predicted = False
-        self.collapsed = set()     # transformation groups the user folded
+        self.collapsed = {NO_CHANGE}   # groups folded (by the user; "No change" at first)
+        self._shown = {}               # level -> what its tree shows (skip equal rebuilds)
+        self._rows = {}                # level -> [(group item, [match items])] as shown
+        self._row_match = {}           # id(match item) -> its match
         self.scope = QLabel("")
         self.scope.setWordWrap(True)
         self.tabs = QTabWidget()
@@ -55,6 +83,10 @@ class TransformPanel(QWidget):
             header = tree.header()
             header.setStretchLastSection(False)
             header.setSectionResizeMode(QHeaderView.ResizeToContents)
+            # sized to the rows in view (again on scrolling): measuring all ~800 rows of a
+            # ViT export at every refresh held the window 50-190 ms; this takes ~10 ms
+            header.setResizeContentsPrecision(0)
+            tree.setUniformRowHeights(True)
             header.moveSection(1, 0)   # the change in bytes first: it is what one compares
             tree.itemCollapsed.connect(lambda item: self.collapsed.add(_group(item)))
             tree.itemExpanded.connect(lambda item: self.collapsed.discard(_group(item)))
@@ -62,12 +94,15 @@ class TransformPanel(QWidget):
             tree.currentItemChanged.connect(self._current_changed)
             tree.itemDoubleClicked.connect(lambda item, _col: self.apply_item(item))
             tree.viewport().installEventFilter(self)
+            tree.verticalScrollBar().valueChanged.connect(self._note_on_screen)
+            tree.itemExpanded.connect(self._note_on_screen)
             self.trees[level] = tree
             self.tabs.addTab(tree, level)
         # no scroll arrows and no elision: the tab bar's minimum width is all its tabs
         self.tabs.setUsesScrollButtons(False)
         self.tabs.setElideMode(Qt.ElideNone)
         self.tabs.currentChanged.connect(lambda _: self._current_changed(self.current_item()))
+        self.tabs.currentChanged.connect(self._tab_shown)
         self.about = QLabel("Select nodes in the graph to see the matches that touch them.")
         self.about.setWordWrap(True)
         self.about.setStyleSheet("color: #333;")
@@ -103,46 +138,109 @@ class TransformPanel(QWidget):
         self.matches_by_level = {level: [] for level in LEVELS}
         for m in matches:
             self.matches_by_level.setdefault(level_of(m.transformation), []).append(m)
+        current_tree = self.tabs.currentWidget()
         for i, level in enumerate(LEVELS):
-            tree, found = self.trees[level], self.matches_by_level.get(level, [])
-            if predicted:
-                found.sort(key=lambda m: (m.delta_bytes is None, m.delta_bytes or 0))
-            groups = {}
-            for m in found:
-                groups.setdefault(m.transformation, []).append(m)
-            scroll = tree.verticalScrollBar().value()
-            tree.blockSignals(True)
-            tree.clear()
-            bold = QFont(tree.font())
-            bold.setBold(True)
-            for name, members in groups.items():
-                deltas = [m.delta_bytes for m in members if m.delta_bytes is not None]
-                best = min(deltas) if deltas else None
-                group = QTreeWidgetItem([f"{name}  ({len(members)})",
-                                         self._delta_text(best, "best ") if deltas else ""])
-                group.setFont(0, bold)
-                group.setToolTip(0, f"{name}: {len(members)} match(es). {self._about(name)}")
-                self._colour(group, best)
-                tree.addTopLevelItem(group)
-                for m in members:
-                    item = QTreeWidgetItem([m.description or ", ".join(m.nodes),
-                                            self._delta_text(m.delta_bytes)])
-                    item.setData(0, Qt.UserRole, m)
-                    item.setToolTip(0, f"{m.description}\n" + "\n".join(m.nodes))
-                    self._colour(item, m.delta_bytes)
-                    group.addChild(item)
-                    if keep is not None and m == keep:
-                        tree.setCurrentItem(item)
-                group.setExpanded(name not in self.collapsed)
-            tree.verticalScrollBar().setValue(scroll)
-            tree.blockSignals(False)
+            found = self.matches_by_level.get(level, [])
+            if self.trees[level] is current_tree:
+                self._fill(self.trees[level], level, found, keep)
+            # the other tabs are filled when shown (_tab_shown): a refresh builds one tree
             self.tabs.setTabText(i, f"{level} ({len(found)})")
             self.tabs.setTabToolTip(i, f"{len(found)} {level} match(es)")
         n = len(self.ctl.selection)
         where = "the whole graph" if not n else f"{n} selected node{'s' if n > 1 else ''}"
-        state = "" if predicted else " <span style='color:#777'>(predicting bytes…)</span>"
+        waiting = sum(m.delta_bytes is None for m in matches)
+        state = ("" if predicted else f" <span style='color:#777'>(predicting bytes: "
+                                      f"{len(matches) - waiting} of {len(matches)})</span>")
         self.scope.setText(f"<b>{len(matches)} matches for {where}</b>{state}")
         self._current_changed(self.current_item())
+        self._note_on_screen()
+
+    def _tab_shown(self, index: int) -> None:
+        level = LEVELS[index] if 0 <= index < len(LEVELS) else None
+        if level is not None:
+            self._fill(self.trees[level], level, self.matches_by_level.get(level, []), None)
+        self._note_on_screen()
+
+    def _fill(self, tree, level, found, keep) -> None:
+        """Rebuild ``tree`` from ``found`` unless it already shows exactly that."""
+        shown = (self.predicted, tuple((id(m), m.delta_bytes) for m in found))
+        if self._shown.get(level) == shown:
+            return
+        self._shown[level] = shown
+        scroll = tree.verticalScrollBar().value()
+        tree.setUpdatesEnabled(False)
+        tree.blockSignals(True)
+        tree.clear()
+        bold = QFont(tree.font())
+        bold.setBold(True)
+        current, groups, rows = None, [], []
+        for _, children in self._rows.get(level, ()):
+            for item in children:
+                self._row_match.pop(id(item), None)
+        for name, members in arrange(found):
+            deltas = [m.delta_bytes for m in members if m.delta_bytes is not None]
+            best = min(deltas) if deltas else None
+            if name == NO_CHANGE:
+                group = QTreeWidgetItem([f"{NO_CHANGE}  ({len(members)})", "0 B"])
+                group.setToolTip(0, f"{len(members)} match(es) predicted to move the same "
+                                    f"bytes as now (they may still change the runtime)")
+            else:
+                group = QTreeWidgetItem([f"{name}  ({len(members)})",
+                                         self._delta_text(best, "best ") if deltas else ""])
+                group.setToolTip(0, f"{name}: {len(members)} match(es). {self._about(name)}")
+            group.setData(0, GROUP, name)
+            group.setFont(0, bold)
+            self._colour(group, best)
+            children = []
+            for m in members:
+                text = m.description or ", ".join(m.nodes)
+                item = QTreeWidgetItem([f"{m.transformation}: {text}" if name == NO_CHANGE
+                                        else text, self._delta_text(m.delta_bytes)])
+                item.setData(0, Qt.UserRole, m)
+                item.setToolTip(0, f"{m.transformation}: {m.description}\n" + "\n".join(m.nodes))
+                self._colour(item, m.delta_bytes)
+                group.addChild(item)
+                children.append(item)
+                self._row_match[id(item)] = m
+                if keep is not None and m == keep:
+                    current = item
+            groups.append(group)
+            rows.append((group, children))
+        self._rows[level] = rows
+        tree.addTopLevelItems(groups)
+        for group in groups:
+            group.setExpanded(_group(group) not in self.collapsed)
+        if current is not None:
+            tree.setCurrentItem(current)
+        tree.verticalScrollBar().setValue(scroll)
+        tree.blockSignals(False)
+        tree.setUpdatesEnabled(True)
+
+    def on_screen(self) -> list:
+        """The waiting matches of the rows the current tab shows (to predict first).
+
+        Read from the rows ``_fill`` laid out, with a handful of Qt calls: while a
+        prediction runs in a worker, each call back from Qt may wait for the GIL."""
+        tree = self.tabs.currentWidget()
+        level = next((k for k, t in self.trees.items() if t is tree), None)
+        top = tree.itemAt(0, 0) if tree is not None else None
+        if top is None:
+            return []
+        rows = []
+        for group, children in self._rows.get(level, ()):
+            rows.append(group)
+            if group.isExpanded():
+                rows.extend(children)
+        try:
+            first = rows.index(top)
+        except ValueError:
+            return []
+        count = tree.viewport().height() // max(1, tree.visualItemRect(top).height()) + 1
+        return [m for m in (self._row_match.get(id(item)) for item in rows[first:first + count])
+                if m is not None and m.delta_bytes is None]
+
+    def _note_on_screen(self, *_):
+        self.ctl.on_screen = self.on_screen()
 
     def _delta_text(self, delta, prefix: str = "") -> str:
         if delta is None:
@@ -175,6 +273,7 @@ class TransformPanel(QWidget):
     def select_match(self, match) -> bool:
         """Make ``match`` the current row (switching tab); for tests and scripting."""
         tree = self.trees[level_of(match.transformation)]
+        self.tabs.setCurrentWidget(tree)   # fills it (tabs are filled when shown)
         for item in match_items(tree):
             if item.data(0, Qt.UserRole) == match:
                 self.tabs.setCurrentWidget(tree)

@@ -1,13 +1,15 @@
 """How long the desktop window's event loop stalls under faults.
 
-    python -m tests.gui_latency [--nodes 1000] [--json]
+    python -m tests.gui_latency [--nodes 1000] [--model zoo:vit-full] [--json]
 
 Three scenarios, each in a fresh window (offscreen), after an idle
 baseline (the window doing nothing: what the machine's load alone costs):
 a build that fails
 (a transformation wrote C++ that does not compile), a verification
 cancelled while its compiler runs, and opening a model whose graph has
-more than 2,000 nodes (``--nodes`` ONNX nodes plus their arrays). A
+more than 2,000 nodes (``--nodes`` ONNX nodes plus their arrays); with
+``--model zoo:vit-full`` (any export) also opening that model, waiting for
+its whole list of byte predictions, and selecting one operator. A
 ``QTimer`` asks for a tick every 10 ms; the largest gap between ticks is
 the longest the window could not react. The goal is under 100 ms. It is
 a measurement, not a test: on a loaded machine it prints what it saw.
@@ -185,6 +187,33 @@ def large_graph(w, probe=None, nodes: int = 1000) -> dict:
             "shown_s": shown, "legend": w.graph.legend.text()}
 
 
+def real_model(w, probe=None, model: str = "zoo:vit-full", select: str = None) -> dict:
+    """Open ``model`` (an export: ``--model``), wait for the whole list's byte predictions,
+    then select one operator node and time its rows' predictions."""
+    t = time.perf_counter()
+    with probe or _null():
+        w.open_model(model)
+        wait(lambda: w.ctl.ws is not None and w.graph.desc is not None
+             and not w.ctl.runner.busy("layout"), what=f"the graph of {model}")
+        shown = time.perf_counter() - t
+        wait(lambda: w.ctl.matches_state == "done" and not w.ctl.runner.busy("matches"),
+             what="the sorted transformation list")
+        listed = [m for ms in w.transforms.matches_by_level.values() for m in ms]
+        sorted_s = time.perf_counter() - t
+        ops = [n for n in w.graph.desc.nodes.values() if n.kind == "onnx"]
+        node = next((n for n in ops if select and select in n.title), ops[len(ops) // 2])
+        t = time.perf_counter()
+        w.ctl.set_selection([node.ident])
+        wait(lambda: w.ctl.matches_state == "done" and not w.ctl.runner.busy("matches"),
+             what="the selection's predictions")
+        selection_s = time.perf_counter() - t
+        rows = [m for ms in w.transforms.matches_by_level.values() for m in ms]
+    return {"graph_nodes": len(w.graph.node_items), "shown_s": round(shown, 2),
+            "matches": len(listed), "predicted": sum(m.delta_bytes is not None for m in listed),
+            "sorted_s": round(sorted_s, 2), "selected": node.title,
+            "selection_rows": len(rows), "selection_s": round(selection_s, 2)}
+
+
 def idle(w, probe=None, seconds: float = 10.0) -> dict:
     """The baseline: an open window with nothing to do (what the machine's load costs)."""
     open_and_wait(w, "mlp")
@@ -234,7 +263,9 @@ def close(w):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=1000, help="ONNX nodes of the large model")
-    parser.add_argument("--only", choices=("idle", "failing", "cancel", "large"),
+    parser.add_argument("--model", help="also open this model (an .onnx file or a zoo name "
+                                            "such as zoo:vit-full) and time its predictions")
+    parser.add_argument("--only", choices=("idle", "failing", "cancel", "large", "model"),
                         action="append")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--stalls", action="store_true",
@@ -247,6 +278,8 @@ def main(argv=None) -> int:
     results = {}
     scenarios = {"idle": idle, "failing": failing_build, "cancel": cancelled_build,
                  "large": lambda w, p: large_graph(w, p, args.nodes)}
+    if args.model:
+        scenarios["model"] = lambda w, p: real_model(w, p, args.model)
     for name, run in scenarios.items():
         if args.only and name not in args.only:
             continue

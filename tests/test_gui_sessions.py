@@ -317,7 +317,10 @@ def test_text_fits_at_the_default_size(qtbot, tmp_path):
 
     # matches: every row whole in every level (its cell; the tree scrolls sideways)
     for level, tree in w.transforms.trees.items():
-        items = rows(tree) + match_items(tree)
+        w.transforms.tabs.setCurrentWidget(tree)   # a tab is filled when shown
+        qtbot.wait(50)
+        # rows in a folded group (the "No change" group starts folded) are not drawn
+        items = rows(tree) + [i for i in match_items(tree) if i.parent().isExpanded()]
         for column in range(tree.columnCount()):
             assert cut(tree, items, column) == [], f"{level} column {column}"
 

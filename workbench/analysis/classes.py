@@ -11,7 +11,7 @@ from collections import defaultdict
 CLASSES = ("tensor contraction", "normalization", "element-wise", "data layout")
 
 CONTRACTIONS = {"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "Attention",
-                "MatMulInteger", "GemmEpilogue", "FusedGemm", "MatMulStrided"}
+                "MatMulInteger", "GemmEpilogue", "ConvEpilogue", "FusedGemm", "MatMulStrided"}
 NORMALIZATIONS = {"Softmax", "LogSoftmax", "Hardmax", "LayerNormalization",
                   "BatchNormalization", "InstanceNormalization", "GroupNormalization",
                   "RMSNormalization", "MeanVarianceNormalization", "LpNormalization",

@@ -52,8 +52,26 @@ def operator_name(node, names: dict = None) -> str:
     if isinstance(node, OnnxOp):
         return node.onnx_name
     label = node.map.label if isinstance(node, nodes.MapEntry) else getattr(node, "label", str(node))
-    owner = label.split(OWNER_SEPARATOR, 1)[0]
-    return (names or {}).get(owner, label)
+    return owner_name(label, names) or label
+
+
+def owner_name(label: str, names: dict = None) -> str:
+    """The ONNX name of the operator whose prefix ``label`` carries (None if none).
+
+    The longest known node name the label starts with, followed by the separator:
+    a fused node's own name may hold the separator (``conv_pw_Conv_act1__Sigmoid_Mul``
+    from ``/{conv_pw/Conv,act1/{Sigmoid,Mul}}``), so cutting at the first one
+    names no operator. Kernel labels of a profile name their node the same way.
+    """
+    names = names or {}
+    if label in names:
+        return names[label]
+    cut = label.rfind(OWNER_SEPARATOR)
+    while cut > 0:
+        if label[:cut] in names:
+            return names[label[:cut]]
+        cut = label.rfind(OWNER_SEPARATOR, 0, cut + len(OWNER_SEPARATOR) - 1)
+    return None
 
 
 def data_movement(sdfg: dace.SDFG, names: dict = None, scratch: bool = False) -> DataMovement:

@@ -248,20 +248,44 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
         return self._predict(match)
 
     def _predict(self, match):
-        """Measured once per step and match (kept beside the step's matches, see _found)."""
+        """Measured once per step and match (kept beside the step's matches, see _found):
+        on the match's region when it can stand for the whole graph
+        (``workbench.analysis.prediction``), else on a copy of the whole SDFG."""
         from dataclasses import replace
-        from workbench import transformation_api as transform
-        from workbench.analysis.movement import data_movement
         known = self._this_step()
         key = ("predicted", match.transformation, match.where, match.options, match.expr_index)
         if key not in known:
             try:
-                trial = transform.apply_to_copy(self.sdfg, match, self.model.weights)
-                after = data_movement(trial, self.operator_names(), scratch=True).moved_bytes
-                known[key] = after - self.data_movement().moved_bytes
+                delta = self._predict_local(match)
+            except Exception:   # the whole graph decides whether it applies
+                delta = None
+            try:
+                known[key] = delta if delta is not None else self._predict_whole(match)
             except Exception:
                 known[key] = None
         return match if known[key] is None else replace(match, delta_bytes=known[key])
+
+    def _predict_local(self, match):
+        from workbench import transformation_api as transform
+        from workbench.analysis.prediction import StateIndex, local_delta
+        if self.sdfg.number_of_nodes() != 1:
+            return None
+        known = self._this_step()
+        if "state index" not in known:   # and the names, walked once per step, not per match
+            known["state index"] = StateIndex(self.sdfg, self.sdfg.nodes()[0])
+            known["operator names"] = dict(self.operator_names())
+        return local_delta(self.sdfg, known["state index"], transform.get(match.transformation),
+                           match, self.model.weights, known["operator names"],
+                           transform.apply_match)
+
+    def _predict_whole(self, match) -> int:
+        """After - before on a copy of the whole SDFG (the reference the local figure
+        must equal); raises when the match does not apply."""
+        from workbench import transformation_api as transform
+        from workbench.analysis.movement import data_movement
+        trial = transform.apply_to_copy(self.sdfg, match, self.model.weights)
+        after = data_movement(trial, self.operator_names(), scratch=True).moved_bytes
+        return after - self.data_movement().moved_bytes
 
     # -- describing ----------------------------------------------------------
     def class_table(self, runtime: dict = None) -> list:

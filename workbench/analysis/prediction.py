@@ -1,0 +1,187 @@
+"""A match's change in bytes moved, measured on the part of the graph it touches.
+
+Why: measuring a match by applying it to a copy of the whole SDFG and
+counting everything again took ~0.7 s on a ViT-tiny export (three quarters
+of it copying ~11,000 nodes), ten minutes for its ~1,000 matches. Bytes
+moved are a sum over edges and nodes (``workbench.analysis.movement``), so
+what a match leaves alone cancels out of after - before.
+
+How: the *region* of a match is built from top-level *units* (a node, or a
+whole top-level map scope): the units of the match's nodes, every unit next
+to them, and so on until every unit that is not a plain access node has all
+its neighbours in the region. The region's edge is then made of access nodes
+only (the *boundary*), whose edges leading out are left out. Views never sit
+on the boundary (which edge aliases a View depends on all its edges), and
+every other access node of an array the region touches comes along, without
+edges, so a transformation that asks "is this array used elsewhere?" gets
+the answer it gets on the whole graph. The region is copied into a small
+SDFG (same arrays, symbols and state label), the match is applied to one
+copy, and the figure is after - before on the small SDFG.
+
+Exact, not estimated: every edge and node inside the region counts as it
+does in the whole graph (a non-boundary node has all its edges, a scope
+all its contents), and those outside are unchanged when the result keeps
+every boundary node (same array) and every array used outside the region
+as it was; both are checked after applying. When a check fails, or the
+SDFG has more than one state, or the match names a state or a nested
+SDFG's node, ``local_delta`` answers ``None`` and the caller measures the
+whole graph (``Session.predict``). tests/test_gui_predictions.py compares
+both on every match of bundled models and on a sample of a ViT-tiny export.
+"""
+import copy
+
+import dace
+from dace.sdfg import nodes
+
+from workbench import nodeid
+from workbench.analysis.movement import data_movement
+
+# Beyond this share of the state the copy saves little: measure the whole graph.
+MAX_REGION_SHARE = 0.4
+
+
+class StateIndex:
+    """What region building reads from the one state, computed once per step."""
+
+    def __init__(self, sdfg: dace.SDFG, state):
+        self.sdfg, self.state = sdfg, state
+        self.order = {node: i for i, node in enumerate(state.nodes())}
+        self.by_ident = {ident: node for node, ident in nodeid.identities(sdfg, state).items()}
+        scopes = state.scope_dict()
+        self.unit, self.members = {}, {}
+        for node in state.nodes():
+            outer = state.entry_node(node) if isinstance(node, nodes.ExitNode) else node
+            while scopes.get(outer) is not None:
+                outer = scopes[outer]
+            self.unit[node] = outer
+            self.members.setdefault(outer, []).append(node)
+        self.accesses, self.users = {}, {}   # array -> its access nodes; -> what uses it
+        for node in state.nodes():
+            if isinstance(node, nodes.AccessNode):
+                self.accesses.setdefault(node.data, []).append(node)
+                self.users.setdefault(node.data, set()).add(node)
+        for edge in state.edges():
+            if edge.data.data is not None:
+                self.users.setdefault(edge.data.data, set()).update((edge.src, edge.dst))
+
+    def neighbours(self, unit) -> set:
+        out = set()
+        for node in self.members[unit]:
+            for edge in self.state.all_edges(node):
+                for end in (edge.src, edge.dst):
+                    other = self.unit[end]
+                    if other is not unit:
+                        out.add(other)
+        return out
+
+    def is_plain_access(self, unit) -> bool:
+        return isinstance(unit, nodes.AccessNode) and not isinstance(
+            self.sdfg.arrays[unit.data], dace.data.View)
+
+    def region(self, seeds):
+        """(nodes of the region, its boundary access nodes), or None when too large."""
+        seed_units = {self.unit[s] for s in seeds}
+        complete = set(seed_units)   # units that keep every edge
+        todo, units = list(seed_units), set(seed_units)
+        limit = MAX_REGION_SHARE * len(self.order)
+        while todo:
+            unit = todo.pop()
+            for other in self.neighbours(unit):
+                units.add(other)
+                # the match's own access nodes keep every edge (a transformation reads
+                # their other readers and writers), and so does anything not a plain one
+                if other not in complete and (unit in seed_units
+                                              or not self.is_plain_access(other)):
+                    complete.add(other)
+                    todo.append(other)
+            if len(units) > limit:
+                return None
+        region = {n for u in units for n in self.members[u]}
+        boundary = {u for u in units if u not in complete}
+        for data in {n.data for n in region if isinstance(n, nodes.AccessNode)}:
+            for other in self.accesses.get(data, ()):
+                if other not in region:
+                    region.add(other)
+                    boundary.add(other)
+        if len(region) > limit:
+            return None
+        return region, boundary
+
+    def used_outside(self, region, names) -> set:
+        """Those of ``names`` that a node or memlet outside ``region`` uses."""
+        return {name for name in names if any(n not in region for n in self.users.get(name, ()))}
+
+
+def local_delta(sdfg: dace.SDFG, index: StateIndex, transformation, match, weights,
+                names: dict, apply_match):
+    """``match``'s change in bytes moved computed on its region, or None when the
+    region cannot stand for the whole graph (the caller then measures the whole).
+    ``apply_match(t, sdfg, match, weights, original=)`` is
+    ``workbench.transformation_api.apply_match`` (passed in: analysis does not
+    import the transformation layer). Raises what applying raises."""
+    seeds = []
+    for _, ident in match.where:
+        node = index.by_ident.get(ident)
+        if node is None:   # a state, a nested SDFG's node, or gone
+            return None
+        seeds.append(node)
+    found = index.region(seeds)
+    if found is None:
+        return None
+    region, boundary = found
+    before, ids = _sub_sdfg(sdfg, index, region)
+    trial = copy.deepcopy(before)
+    trial_state = trial.nodes()[0]
+    moved = dict(zip(ids, trial_state.nodes()))   # full-graph node -> its copy in trial
+    where = tuple((role, nodeid.identity(trial, trial_state, moved[index.by_ident[ident]]))
+                  for role, ident in match.where)
+    local = type(match)(match.transformation, where, match.description, match.options,
+                        match.expr_index)
+    outside = index.used_outside(region, list(trial.arrays))
+    kept = {name: _desc_json(trial.arrays[name]) for name in outside}
+    apply_match(transformation, trial, local, None if weights is None else dict(weights),
+                original=before)
+    present = set(trial_state.nodes())
+    for node in boundary:
+        copy_ = moved[node]
+        if copy_ not in present or copy_.data != node.data:
+            return None
+    for name, desc in kept.items():
+        if name not in trial.arrays or _desc_json(trial.arrays[name]) != desc:
+            return None
+    after = data_movement(trial, names, scratch=True).moved_bytes
+    return after - data_movement(before, names, scratch=True).moved_bytes
+
+
+def _sub_sdfg(sdfg, index, region):
+    """A one-state SDFG holding copies of ``region`` (in the state's order, so
+    identities count alike) and of the arrays it uses; returns it and the
+    full-graph nodes in the order of its state's nodes."""
+    state = index.state
+    ordered = sorted(region, key=index.order.__getitem__)
+    edges = [e for n in ordered for e in state.out_edges(n) if e.dst in region]
+    memo = {}
+    copies = copy.deepcopy(ordered, memo)
+    memlets = copy.deepcopy([e.data for e in edges], memo)
+    sub = dace.SDFG(sdfg.name)
+    for name, stype in sdfg.symbols.items():
+        sub.add_symbol(name, stype)
+    sub.constants_prop = copy.deepcopy(sdfg.constants_prop)
+    used = {n.data for n in ordered if isinstance(n, nodes.AccessNode)}
+    used |= {e.data.data for e in edges if e.data.data is not None}
+    for name in sorted(used):
+        sub.add_datadesc(name, copy.deepcopy(sdfg.arrays[name]), find_new_name=False)
+    new_state = sub.add_state(state.label, is_start_block=True)
+    copy_of = dict(zip(ordered, copies))
+    for node in copies:
+        new_state.add_node(node)
+    for edge, memlet in zip(edges, memlets):
+        new_state.add_edge(copy_of[edge.src], edge.src_conn, copy_of[edge.dst], edge.dst_conn,
+                           memlet)
+    sub.reset_cfg_list()
+    return sub, ordered
+
+
+def _desc_json(desc) -> str:
+    import json
+    return json.dumps(desc.to_json(), sort_keys=True, default=str)
