@@ -474,11 +474,15 @@ class GraphPanel(QWidget):
             export_png(self.scene, path)
         self.ctl.status.emit(f"Exported the graph to {path}")
 
-    def ask_export(self, kind: str) -> None:
-        name = (self.ctl.ws.name if self.ctl.ws else "graph") + f".{kind}"
-        path, _ = QFileDialog.getSaveFileName(self, f"Export graph as {kind.upper()}", name,
-                                              f"{kind.upper()} (*.{kind})")
+    def ask_export(self, kind: str = None) -> None:
+        """Ask where to export the graph (``kind`` svg or png; None: either, by suffix)."""
+        kinds = [kind] if kind else ["svg", "png"]
+        name = (self.ctl.ws.name if self.ctl.ws else "graph") + f".{kinds[0]}"
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export graph", name, ";;".join(f"{k.upper()} (*.{k})" for k in kinds))
         if path:
+            if not path.lower().endswith((".svg", ".png")):
+                path += f".{kinds[0]}"
             try:
                 self.export(path)
             except (OSError, ValueError) as e:
