@@ -86,7 +86,7 @@ class GraphView(QGraphicsView):
         else:
             self.fit_readable()
 
-    def fit_rect(self, rect: QRectF, max_scale: float = 1.5) -> None:
+    def fit_rect(self, rect: QRectF, max_scale: float = 1.0) -> None:
         """Show ``rect``, scaled to fit between the readable scale and ``max_scale``."""
         self.fitInView(rect, Qt.KeepAspectRatio)
         scale = min(max(self.transform().m11(), READABLE_SCALE), max_scale)

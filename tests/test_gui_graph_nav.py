@@ -231,7 +231,7 @@ def test_fit_minimap_labels_and_export(qtbot, window, tmp_path):
     view.fit()
     visible = view.mapToScene(view.viewport().rect()).boundingRect()
     assert visible.contains(item.sceneBoundingRect())
-    assert READABLE_SCALE <= view.transform().m11() <= 1.5
+    assert READABLE_SCALE <= view.transform().m11() <= 1.0
     # Fit without: never below the readable scale
     w.graph.scene.clearSelection()
     view.fit()
