@@ -46,10 +46,44 @@ class Group:
 
 
 def scope_path(name) -> tuple:
-    """``/layers/layers.0/ln_1/LayerNormalization`` -> ``("layers", "layers.0", "ln_1")``."""
+    """``/layers/layers.0/ln_1/LayerNormalization`` -> ``("layers", "layers.0", "ln_1")``.
+
+    A fused node's name lists its parts in braces (``/layer.0/{intermediate/MatMul,
+    {intermediate/Add,Div}}``): its scope is the one all its parts share."""
     if not name or not str(name).startswith("/"):
         return ()
-    return tuple(p for p in str(name).split("/") if p)[:-1]
+    return _common([tuple(p for p in part.split("/") if p)[:-1]
+                    for part in expand_braces(str(name))])
+
+
+def expand_braces(text: str, limit: int = 256) -> list:
+    """``/a/{b,c/{d,e}}`` -> ``["/a/b", "/a/c/d", "/a/c/e"]`` (at most ``limit`` names;
+    unbalanced braces are taken as they are)."""
+    def alternatives(i, depth):
+        """Parse from ``i`` up to a ',' or '}' of this depth: (names, next index)."""
+        names, chunk = [""], ""
+        while i < len(text):
+            c = text[i]
+            if c == "{":
+                inner, i = [], i + 1
+                while True:
+                    part, i = alternatives(i, depth + 1)
+                    inner += part
+                    if i >= len(text) or text[i] == "}":
+                        break
+                    i += 1   # past ','
+                names = [n + chunk + x for n in names for x in inner][:limit]
+                chunk = ""
+                i += 1   # past '}'
+                continue
+            if depth and c in ",}":
+                break
+            chunk += c
+            i += 1
+        return [n + chunk for n in names], i
+    if text.count("{") != text.count("}"):
+        return [text]
+    return alternatives(0, 0)[0]
 
 
 def _common(paths) -> tuple:

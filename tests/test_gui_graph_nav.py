@@ -52,6 +52,35 @@ def test_scope_path_of_onnx_names():
     assert sg.scope_path("Gemm_0") == () and sg.scope_path(None) == ()
 
 
+def test_fused_names_keep_the_scope_their_parts_share():
+    assert sg.expand_braces("/a/{b,c/{d,e}}") == ["/a/b", "/a/c/d", "/a/c/e"]
+    assert sg.scope_path("/layer.0/attention/query/{MatMul,Add}") == \
+        ("layer.0", "attention", "query")
+    assert sg.scope_path("/layer.0/{intermediate/MatMul,{intermediate/Add,Div}}") == \
+        ("layer.0",)
+    assert sg.scope_path("/{pooler/Gemm,Tanh}") == ()
+
+
+def test_layers_stay_groups_after_fusion():
+    """After ``auto`` (fused nodes named ``/layer.0/{...}``) each layer is still a group
+    holding its fused nodes."""
+    ws, desc, _scopes, before = described("zoo:bert")
+    ws.optimize("auto")
+    after_desc = describe(ws.sdfg, dict(ws.operator_names()))
+    after = sg.build_groups(after_desc)
+    fused = [n for n in after_desc.nodes.values() if n.operator and "{" in n.operator]
+    assert fused
+    layers = {g.path for g in layer_groups(before)}
+    assert layers and layers <= set(after)
+    for path in layers:
+        ops = {after_desc.nodes[k].operator for k in after[path].members}
+        assert any("{" in op for op in ops if op)   # its fused nodes are inside it
+    for n in fused:
+        parts = sg.expand_braces(n.operator)
+        scope = sg.scope_path(n.operator)
+        assert all(sg.scope_path(p)[:len(scope)] == scope for p in parts)
+
+
 @pytest.mark.parametrize("model, layers", [("zoo:bert", 2), ("zoo:gpt2", 1)])
 def test_transformer_layers_fold_into_boxes_with_summed_bytes(model, layers):
     _ws, desc, scopes, groups = described(model)
