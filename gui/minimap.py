@@ -67,6 +67,12 @@ class Minimap(QWidget):
 
     def paintEvent(self, event):
         p = QPainter(self)
+        try:
+            self._paint(p)
+        finally:
+            p.end()   # even if a frame still refers to it (a stack being printed)
+
+    def _paint(self, p):
         p.fillRect(self.rect(), QColor(255, 255, 255, 225))
         p.setPen(QPen(QColor("#9aa5b1"), 1))
         p.drawRect(self.rect().adjusted(0, 0, -1, -1))

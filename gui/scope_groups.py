@@ -304,6 +304,7 @@ def _frames(out, scopes, groups, collapsed, where):
                 break
             if p in groups:
                 shown.setdefault(p, set()).add(shown_key)
+    inside = _cluster_members(out)
     for p in sorted(shown, key=len):   # outer frames first: inner ones nest in them
         keys = shown[p]
         if len(keys) < 2:
@@ -316,13 +317,16 @@ def _frames(out, scopes, groups, collapsed, where):
         ckey = f"q{len(out.clusters)}"
         out.clusters[ckey] = GCluster(ckey, "scope", f"▾ {g.name} · {human_bytes(g.bytes)}",
                                       home, p)
+        moved = set()
         for k in keys:
             if out.nodes[k].cluster == home:
                 _set_cluster(out, k, ckey)
-        inside = _cluster_members(out)
+                moved.add(k)
         for sub, c in list(out.clusters.items()):
             if c.parent == home and sub != ckey and inside.get(sub) and inside[sub] <= keys:
                 c.parent = ckey
+                moved |= inside[sub]
+        inside[ckey] = moved   # what the clusters around it hold is unchanged
 
 
 def _set_cluster(out, key, ckey):
