@@ -255,7 +255,10 @@ class GraphPanel(QWidget):
 
     def _overlay_steps(self):
         """Style every item for the overlays, yielding after each (see ``_show``)."""
-        notes = [f"{len(self.node_items)} nodes, {len(self.edge_items)} edges"
+        total = len(self.full[0].nodes) if self.full else len(self.node_items)
+        shown = (f"{total} nodes, {len(self.node_items)} shown (folded by name scope)"
+                 if total != len(self.node_items) else f"{total} nodes")
+        notes = [f"{shown}, {len(self.edge_items)} edges"
                  + (f", layout: {self.placement.method}" if self.placement else "")]
         sizes = [i.gedge.bytes for i in self.edge_items.values() if i.gedge.bytes]
         top = max(sizes, default=0)
@@ -286,8 +289,8 @@ class GraphPanel(QWidget):
                 item.set_fill(None)
             yield
         if self.time_overlay.isChecked() and hottest:
-            notes.append(f"node colour: time of its operator, step {prof.step} profile "
-                         f"(hottest {hottest:.2f} ms)")
+            notes.append(f"node colour: time of its operator (a box: its operators' sum), "
+                         f"step {prof.step} profile (hottest {hottest:.2f} ms)")
         if any(i.gnode.kind == "group" for i in self.node_items.values()):
             notes.append("blue boxes: folded name scopes with their summed bytes and time "
                          "(double-click to open, right-click to fold to a depth)")

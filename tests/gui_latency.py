@@ -170,12 +170,13 @@ def cancelled_build(w, probe=None, model="bert-layer") -> dict:
 def large_graph(w, probe=None, nodes: int = 1000, model: str = None) -> dict:
     """Open ``model``, else a chain with ``nodes`` ONNX nodes (more than twice as many
     graph nodes); then Find its last operator, which opens the groups folded around it."""
+    target = None
     if model is None:
         import onnx
         from fault_helpers import chain_model_with_nodes
         path = Path(_scratch()) / f"chain{nodes}.onnx"
         onnx.save(chain_model_with_nodes(nodes), str(path))
-        model = str(path)
+        model, target = str(path), "/b3/Gate"
     t = time.perf_counter()
     with probe or _null():
         w.open_model(model)
@@ -190,15 +191,16 @@ def large_graph(w, probe=None, nodes: int = 1000, model: str = None) -> dict:
         # the window stays in use while the match listing (minutes here) goes on
         ops = [n for n in w.graph.full[0].nodes.values() if n.kind == "onnx"]
         folded = [n for n in ops if n.ident in w.graph.desc.hidden]
-        last = (folded or ops)[-1].subtitle
+        last = target or (folded or ops)[-1].subtitle
         found = time.perf_counter()
         w.graph.find_node(last)
         wait(lambda: w.ctl.selection != () and w.graph.desc is not None
              and not w.ctl.runner.busy("layout") and w.graph._pending is None, 60,
              what="finding a node")
         found = time.perf_counter() - found
-    return {"graph_nodes": len(w.graph.full[0].nodes), "on_screen": on_screen,
-            "edges": len(w.graph.edge_items), "shown_s": round(shown, 2),
+    full = w.graph.full[0]
+    return {"graph_nodes": len(full.nodes), "on_screen": on_screen,
+            "edges": sum(not e.invisible for e in full.edges), "shown_s": round(shown, 2),
             "find_s": round(found, 2), "found": last, "opened_s": round(opened, 2),
             "graph_max_ms": round(max(graph_gaps, default=0.0), 1),
             "legend": w.graph.legend.text()}
