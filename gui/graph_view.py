@@ -42,6 +42,7 @@ class GraphPanel(QWidget):
         self.full = None               # (desc, scopes, groups): every node, before folding
         self.collapsed = None          # scope paths shown as boxes (None: pick on open)
         self._pending = None           # identity to select once the next layout is shown
+        self._describing = False       # a layout that describes the SDFG anew is under way
         self.expanded = set()          # identities of nested SDFGs shown open
         self.node_items, self.edge_items = {}, {}
         self._syncing = False
@@ -119,7 +120,11 @@ class GraphPanel(QWidget):
             return
         expanded, labels, lock = set(self.expanded), self.labels.isChecked(), self.ctl.lock
         collapsed = None if self.collapsed is None else set(self.collapsed)
+        # a newer layout replaces an unfinished one: refolding an old description
+        # must not drop a pending describe of a changed SDFG
+        regroup = regroup and self.full is not None and not self._describing
         full = self.full if regroup else None
+        self._describing = not regroup
 
         def work(job):
             if full is None:
@@ -145,7 +150,7 @@ class GraphPanel(QWidget):
                                on_error=lambda e: self.ctl._failed("Layout failed", e))
 
     def _show(self, full, collapsed, desc, placement) -> None:
-        self.full, self.collapsed = full, collapsed
+        self.full, self.collapsed, self._describing = full, collapsed, False
         self._show_scene(desc, placement)
 
     def _show_scene(self, desc, placement) -> None:
@@ -407,7 +412,7 @@ class GraphPanel(QWidget):
     def set_collapsed(self, collapsed) -> None:
         """Show the scope groups ``collapsed`` as boxes (and the others open): relayout."""
         self.collapsed = set(collapsed)
-        self.refresh(regroup=self.full is not None)
+        self.refresh(regroup=True)
 
     def expand_group(self, path) -> None:
         if self.full is not None:

@@ -331,3 +331,32 @@ def test_vit_full_in_the_window(qtbot, window, vit_full):
     assert w.graph.view.transform().m11() >= READABLE_SCALE - 1e-9
     visible = w.graph.view.mapToScene(w.graph.view.viewport().rect()).boundingRect()
     assert any(visible.contains(i.sceneBoundingRect()) for i in w.graph.node_items.values())
+
+
+def test_folding_right_after_a_step_still_shows_the_new_graph(qtbot, window):
+    """A fold asked for while the changed SDFG is being described does not reuse the
+    old description (a newer layout replaces an unfinished one)."""
+    w = window
+    open_folded(qtbot, w)
+    with w.ctl.lock:
+        match = next(m for m in w.ctl.ws.transformations(predict=False)
+                     if m.transformation == "ExpandToMaps" and "MatMul" in m.description)
+    folds = []
+
+    def fold_now():
+        folds.append(w.graph._describing)   # the panel's describe is under way
+        w.graph.collapse_to_depth(1)
+    w.ctl.changed.connect(fold_now)   # after the panel's own refresh (connected first)
+    position = w.ctl.ws.position
+    w.ctl.apply(match)
+    qtbot.waitUntil(lambda: bool(folds), timeout=120_000)
+    w.ctl.changed.disconnect(fold_now)
+    assert w.ctl.ws.position == position + 1 and folds == [True]
+    with w.ctl.lock:
+        now = describe(w.ctl.ws.sdfg, dict(w.ctl.ws.operator_names()))
+    assert any(n.kind == "library" for n in now.nodes.values())   # the step changed the graph
+    signature = lambda d: sorted((n.kind, n.title, n.subtitle) for n in d.nodes.values())  # noqa
+    qtbot.waitUntil(lambda: w.graph.full is not None and not w.graph._describing
+                    and signature(w.graph.full[0]) == signature(now), timeout=120_000)
+    wait_shown(qtbot, w)
+    assert set(group_items(w)) == {p for p, g in w.graph.full[2].items() if g.level == 1}
