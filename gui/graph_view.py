@@ -380,11 +380,10 @@ class GraphPanel(QWidget):
             self.ctl.status.emit(f"{len(keys)} nodes match '{text}' (F3, Shift+F3: next, "
                                  f"previous)")
         hits = []
-        for k in keys:
-            n = desc.nodes[k]
-            where = scope_groups.scope_path(n.operator) if n.operator else ()
+        for k in keys:   # an array's row says which scope it sits in (an operator's name does)
+            n, where = desc.nodes[k], self.full[1].get(k, ())
             hits.append((n.ident, f"{n.title}  {n.subtitle}" + (
-                f"   in /{'/'.join(where)}" if where and n.kind == "access" else "")))
+                f"   in /{'/'.join(where)}" if where and n.kind != "onnx" else "")))
         self.find_bar.set_hits(hits)
         if keys:
             self.view.setFocus()

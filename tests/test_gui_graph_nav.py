@@ -245,6 +245,11 @@ def test_find_lists_every_hit_and_steps_through_them(qtbot, window):
     bar.next_button.click()                     # wraps around
     assert selected_op() == [order[0]]
     assert not w.graph.find_node("no-such-node-anywhere") and bar.count.text() == "no match"
+    # an array's hit says where it sits
+    array = next(k for k, n in desc.nodes.items() if n.kind == "access" and _scopes[k])
+    assert w.graph.find_node(desc.nodes[array].title)
+    row = next(text for ident, text in bar.hits if ident == desc.nodes[array].ident)
+    assert row.endswith("in /" + "/".join(_scopes[array]))
 
 
 def test_fit_minimap_labels_and_export(qtbot, window, tmp_path):
