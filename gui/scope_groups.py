@@ -14,7 +14,7 @@ group is one node (kind ``group``) with its members' bytes, and every
 expanded group is a frame (cluster kind ``scope``). Edges into and out of a
 box are merged per neighbour with their bytes summed.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gui.graph_model import GCluster, GEdge, GNode, GraphDesc, human_bytes
 
@@ -331,14 +331,9 @@ def _frames(out, scopes, groups, collapsed, where):
 
 def _set_cluster(out, key, ckey):
     n = out.nodes[key]
-    if n.kind != "group" and n.cluster != ckey:
-        n = out.nodes[key] = _copy(n)
+    if n.kind != "group" and n.cluster != ckey:   # a copy: the unfolded description keeps its own
+        n = out.nodes[key] = replace(n)
     n.cluster = ckey
-
-
-def _copy(n):
-    from dataclasses import replace
-    return replace(n)
 
 
 def _cluster_members(out) -> dict:
