@@ -1,10 +1,17 @@
-"""The SDFG canvas itself: a QGraphicsView with zoom, pan and fit, and the colours
-and extent the graph panel (``gui.graph_view``) draws with."""
-from PyQt5.QtCore import QRectF, Qt, pyqtSignal
-from PyQt5.QtGui import QColor, QPainter
+"""The SDFG canvas itself: a QGraphicsView with zoom, pan, fit and the overview
+(``gui.minimap``), the colours and extent the graph panel (``gui.graph_view``)
+draws with, and export of the whole graph as SVG or PNG."""
+from PyQt5.QtCore import QRectF, QSize, Qt, pyqtSignal
+from PyQt5.QtGui import QColor, QImage, QPainter
 from PyQt5.QtWidgets import QGraphicsView
 
-from gui.graph_items import NodeItem
+from gui.graph_items import ClusterItem, NodeItem
+from gui.minimap import Minimap
+
+# Below this scale node titles are hard to read: Fit shows the first screenful
+# at this scale rather than the whole graph as a sliver.
+READABLE_SCALE = 0.6
+PNG_MAX_SIDE = 8000   # pixels: a whole large graph is scaled down to fit
 
 
 def heat(fraction: float, cold="#ffffff", hot="#e34a33") -> QColor:
@@ -37,6 +44,7 @@ def placement_rect(desc, placement) -> QRectF:
 
 class GraphView(QGraphicsView):
     nodeActivated = pyqtSignal(object)   # double-clicked NodeItem
+    clusterActivated = pyqtSignal(object)   # double-clicked ClusterItem (a frame)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -46,6 +54,11 @@ class GraphView(QGraphicsView):
         self.setViewportUpdateMode(QGraphicsView.SmartViewportUpdate)
         self.setBackgroundBrush(QColor("#fcfcfc"))
         self._pan = None
+        self.minimap = Minimap(self)
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self.minimap.place()
 
     def wheelEvent(self, event):
         self.zoom(1.15 if event.angleDelta().y() > 0 else 1 / 1.15)
@@ -55,16 +68,36 @@ class GraphView(QGraphicsView):
         if 0.02 < scale < 8:
             self.scale(factor, factor)
 
-    def fit(self) -> None:
+    def fit_all(self) -> None:
+        """The whole graph, however small that makes it (the minimap is the overview)."""
         # the scene rect is the layout's extent (set by GraphPanel); asking the
         # items instead calls Python's boundingRect of each, too slow at 5,000
         if self.scene() is not None and not self.scene().sceneRect().isEmpty():
             self.fitInView(self.scene().sceneRect(), Qt.KeepAspectRatio)
 
-    def fit_readable(self, min_scale: float = 0.6) -> None:
+    def fit(self) -> None:
+        """Fit the selection if there is one, else the graph, never below a readable scale."""
+        selected = self.scene().selectedItems() if self.scene() is not None else []
+        if selected:
+            rect = QRectF()
+            for item in selected:
+                rect = rect.united(item.sceneBoundingRect())
+            self.fit_rect(rect.adjusted(-30, -30, 30, 30))
+        else:
+            self.fit_readable()
+
+    def fit_rect(self, rect: QRectF, max_scale: float = 1.0) -> None:
+        """Show ``rect``, scaled to fit between the readable scale and ``max_scale``."""
+        self.fitInView(rect, Qt.KeepAspectRatio)
+        scale = min(max(self.transform().m11(), READABLE_SCALE), max_scale)
+        self.resetTransform()
+        self.scale(scale, scale)
+        self.centerOn(rect.center())
+
+    def fit_readable(self, min_scale: float = READABLE_SCALE) -> None:
         """Fit the graph, but never below a scale where labels stay legible:
-        a large graph then opens at its top, ready to scroll or press Fit."""
-        self.fit()
+        a large graph then shows its first screenful, ready to scroll."""
+        self.fit_all()
         if self.transform().m11() < min_scale and self.scene() is not None:
             self.resetTransform()
             self.scale(min_scale, min_scale)
@@ -101,6 +134,9 @@ class GraphView(QGraphicsView):
         if isinstance(item, NodeItem):
             self.nodeActivated.emit(item)
             return
+        if isinstance(item, ClusterItem):
+            self.clusterActivated.emit(item)
+            return
         super().mouseDoubleClickEvent(event)
 
     def keyPressEvent(self, event):
@@ -112,3 +148,44 @@ class GraphView(QGraphicsView):
             self.fit()
         else:
             super().keyPressEvent(event)
+
+
+def export_svg(scene, path: str, title: str = "SDFG") -> None:
+    """The whole graph (the scene rect) as an SVG file."""
+    from PyQt5.QtSvg import QSvgGenerator
+    rect = scene.sceneRect()
+    gen = QSvgGenerator()
+    gen.setFileName(str(path))
+    gen.setSize(QSize(int(rect.width()), int(rect.height())))
+    gen.setViewBox(QRectF(0, 0, rect.width(), rect.height()))
+    gen.setTitle(title)
+    painter = QPainter(gen)
+    try:
+        scene.render(painter, QRectF(0, 0, rect.width(), rect.height()), rect)
+    finally:
+        painter.end()
+    if not _written(path):
+        raise OSError(f"could not write {path}")
+
+
+def export_png(scene, path: str, scale: float = 2.0) -> None:
+    """The whole graph as a PNG, at ``scale`` pixels a point (less for a very large graph)."""
+    rect = scene.sceneRect()
+    scale = min(scale, PNG_MAX_SIDE / max(rect.width(), rect.height(), 1))
+    image = QImage(max(1, int(rect.width() * scale)), max(1, int(rect.height() * scale)),
+                   QImage.Format_ARGB32)
+    image.fill(QColor("#fcfcfc"))
+    painter = QPainter(image)
+    painter.setRenderHints(QPainter.Antialiasing | QPainter.TextAntialiasing)
+    try:
+        scene.render(painter, QRectF(0, 0, image.width(), image.height()), rect)
+    finally:
+        painter.end()
+    if not image.save(str(path), "PNG"):
+        raise OSError(f"could not write {path}")
+
+
+def _written(path) -> bool:
+    from pathlib import Path
+    p = Path(path)
+    return p.is_file() and p.stat().st_size > 0

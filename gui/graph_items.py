@@ -2,7 +2,9 @@
 
 Shapes follow DaCe's conventions: access nodes are ellipses, tasklets
 octagons, map entries/exits trapezoids, library nodes (ONNX operators)
-rectangles, nested SDFGs double-framed rectangles.
+rectangles, nested SDFGs double-framed rectangles; a folded name-scope group
+(``gui.scope_groups``) is a blue double-framed box with its node count, bytes
+and, after a profile, its summed time. Far zoomed out, nodes draw without text.
 """
 import math
 
@@ -15,8 +17,10 @@ from gui.graph_model import human_bytes
 from gui.qtapp import ui_font
 
 FILL = {"access": "#ffffff", "tasklet": "#fff7d6", "mapentry": "#dce9f7", "mapexit": "#dce9f7",
-        "onnx": "#e6f2e1", "library": "#efe4f5", "nsdfg": "#f4f4f4", "other": "#eeeeee"}
+        "onnx": "#e6f2e1", "library": "#efe4f5", "nsdfg": "#f4f4f4", "group": "#e3ecf8",
+        "other": "#eeeeee"}
 SELECTED = QColor("#1f6fd1")
+TEXT_LOD = 0.3   # below this scale text would be unreadable: nodes draw as plain shapes
 HIGHLIGHT = QColor("#f08c00")
 
 
@@ -36,6 +40,9 @@ def node_size(gnode) -> tuple:
     title = gnode.title if gnode.kind != "nsdfg" else "▸ " + gnode.title
     w = max(fm_title.horizontalAdvance(title), fm_sub.horizontalAdvance(gnode.subtitle or ""))
     h = fm_title.height() + (fm_sub.height() if gnode.subtitle else 0)
+    if gnode.kind == "group":   # a third line for the summed time of a profile
+        w = max(w, fm_sub.horizontalAdvance("measured 000.000 ms"))
+        h += fm_sub.height()
     pad_w = {"access": 28, "tasklet": 26, "mapentry": 44, "mapexit": 44}.get(gnode.kind, 18)
     return max(w + pad_w, 40.0), h + 12
 
@@ -73,6 +80,7 @@ class NodeItem(QGraphicsItem):
         self.path = node_path(gnode.kind, self.rect)
         self.fill = QColor(FILL.get(gnode.kind, "#eeeeee"))
         self.highlighted = False
+        self.time_text = ""   # a group's summed measured time
         self.setPos(center[0], center[1])
         self.setFlag(QGraphicsItem.ItemIsSelectable, True)
         self.setAcceptHoverEvents(True)
@@ -82,6 +90,8 @@ class NodeItem(QGraphicsItem):
     def tooltip(self, extra: str = "") -> str:
         g = self.gnode
         lines = [f"{g.title}  {g.subtitle}".strip(), g.ident]
+        if g.kind == "group":
+            lines.append("double-click to open; right-click for more")
         if g.operator and g.kind != "onnx":
             lines.append(f"operator {g.operator}")
         return "\n".join(lines + ([extra] if extra else []))
@@ -110,12 +120,28 @@ class NodeItem(QGraphicsItem):
             pen = QPen(HIGHLIGHT, 3)
         else:
             pen = QPen(QColor("#333333"), 2.0 if g.kind == "access" and not g.transient else 1.0)
+        if g.kind == "group" and not (self.isSelected() or self.highlighted):
+            pen = QPen(QColor("#3d6aa8"), 1.5)
         painter.setPen(pen)
         painter.setBrush(QBrush(self.fill))
+        if option.levelOfDetailFromTransform(painter.worldTransform()) < TEXT_LOD:
+            painter.drawRect(self.rect)
+            return
         painter.drawPath(self.path)
-        if g.kind == "nsdfg":
+        if g.kind in ("nsdfg", "group"):
             painter.drawRoundedRect(self.rect.adjusted(3, 3, -3, -3), 4, 4)
         painter.setPen(QColor("#111111"))
+        if g.kind == "group":
+            fm_title, fm_sub = QFontMetricsF(title_font()), QFontMetricsF(small_font())
+            y = self.rect.y() + 5
+            for text, font, fm in ((g.title, title_font(), fm_title),
+                                   (g.subtitle, small_font(), fm_sub),
+                                   (self.time_text, small_font(), fm_sub)):
+                painter.setFont(font)
+                painter.drawText(QRectF(self.rect.x(), y, self.rect.width(), fm.height()),
+                                 Qt.AlignHCenter | Qt.AlignVCenter, text)
+                y += fm.height()
+            return
         fm_title = QFontMetricsF(title_font())
         title = g.title if g.kind != "nsdfg" else ("▾ " if g.expanded else "▸ ") + g.title
         if g.subtitle:
@@ -185,6 +211,8 @@ class EdgeItem(QGraphicsPathItem):
         painter.setPen(pen)
         painter.setBrush(Qt.NoBrush)
         painter.drawPath(self.path())
+        if option.levelOfDetailFromTransform(painter.worldTransform()) < TEXT_LOD:
+            return
         if len(self.points) >= 2:  # arrow head at the end
             tip, before = self.points[-1], self.points[-2]
             angle = math.atan2(tip.y() - before.y(), tip.x() - before.x())
@@ -206,7 +234,8 @@ class EdgeItem(QGraphicsPathItem):
 class ClusterItem(QGraphicsRectItem):
     STYLE = {"state": ("#7a8ca3", Qt.SolidLine, "#f7f9fc"),
              "map": ("#9ab3d1", Qt.DashLine, None),
-             "nsdfg": ("#888888", Qt.DotLine, "#fbfbfb")}
+             "nsdfg": ("#888888", Qt.DotLine, "#fbfbfb"),
+             "scope": ("#5b7fb0", Qt.SolidLine, None)}   # an open name-scope group
 
     def __init__(self, gcluster, rect):
         super().__init__(QRectF(*rect))
@@ -214,7 +243,10 @@ class ClusterItem(QGraphicsRectItem):
         color, style, fill = self.STYLE.get(gcluster.kind, ("#999999", Qt.SolidLine, None))
         self.setPen(QPen(QColor(color), 1.2, style))
         self.setBrush(QBrush(QColor(fill)) if fill else QBrush(Qt.NoBrush))
-        self.setZValue(-1 if gcluster.kind != "map" else 0)
+        self.setZValue(0 if gcluster.kind == "map" else -1)
+        if gcluster.kind == "scope":   # over its state, an inner group over an outer one
+            self.setZValue(-0.9 + 0.01 * len(gcluster.obj))
+            self.setToolTip(f"/{'/'.join(gcluster.obj)}: double-click to fold into one box")
 
     def paint(self, painter, option, widget=None):
         super().paint(painter, option, widget)

@@ -15,7 +15,7 @@ from workbench import nodeid
 from workbench.analysis.movement import operator_name
 from workbench.ops.node import OnnxOp
 
-KINDS = ("access", "tasklet", "mapentry", "mapexit", "onnx", "library", "nsdfg", "other")
+KINDS = ("access", "tasklet", "mapentry", "mapexit", "onnx", "library", "nsdfg", "group", "other")
 
 
 @dataclass
@@ -33,6 +33,11 @@ class GNode:
     expanded: bool = False      # nested SDFGs only
     transient: bool = True      # access nodes: False for inputs, outputs, weights
     size: tuple = (60.0, 24.0)  # width, height in points (set by the view)
+    # a folded name-scope group (kind "group", see gui.scope_groups) only:
+    members: tuple = ()         # identities of the nodes it holds
+    scope: tuple = None         # its scope path
+    operators: frozenset = frozenset()   # ONNX operators of its members
+    bytes: int = 0              # bytes moved by the memlets touching a member
 
 
 @dataclass
@@ -63,6 +68,7 @@ class GraphDesc:
     clusters: dict = field(default_factory=dict)   # key -> GCluster
     state_edges: list = field(default_factory=list)  # (cluster key, cluster key, label)
     by_ident: dict = field(default_factory=dict)   # identity -> node key
+    hidden: dict = field(default_factory=dict)     # identity folded into a group -> its key
 
     def find(self, text: str) -> list:
         """Node keys whose title, subtitle or identity contains ``text``."""

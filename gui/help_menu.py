@@ -17,7 +17,14 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 # the graph view's own keys and mouse gestures (gui.graph_canvas.GraphCanvas handles them;
 # they are not window actions, so they are listed here)
 GRAPH_GESTURES = [("Zoom in / out (graph)", "+ / −, mouse wheel"),
-                  ("Fit the graph (graph focused)", "F"),
+                  ("Fit the selection, else the graph at a readable scale (graph focused)",
+                   "F"),
+                  ("Next / previous Find hit", "F3 / Shift+F3"),
+                  ("Open a folded name-scope box / fold an open group", "double-click it / "
+                   "its frame"),
+                  ("Fold all groups to a depth, export the graph (SVG, PNG)",
+                   "right-click the graph"),
+                  ("Move the view", "click or drag in the overview (bottom right)"),
                   ("Pan the graph", "middle drag, Alt+drag"),
                   ("Select nodes", "click, rubber band"),
                   ("Expand a nested SDFG", "double-click it"),

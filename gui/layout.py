@@ -23,6 +23,8 @@ class Placement:
     edges: dict = field(default_factory=dict)      # key -> (points, bezier: bool, label (x, y))
     clusters: dict = field(default_factory=dict)   # key -> (x, y, w, h)
     method: str = ""
+    labels: bool = True        # memlet labels have places (False: laid out without them)
+    hidden_labels: set = field(default_factory=set)   # edge keys whose label would overlap
 
 
 def layout(desc, labels: bool = True, method: str = None) -> Placement:
@@ -34,7 +36,9 @@ def layout(desc, labels: bool = True, method: str = None) -> Placement:
     large = len(desc.nodes) > LARGE_GRAPH
     if method in (None, "dot") and shutil.which("dot"):
         try:
-            return dot_layout(desc, labels and not large, fast=large)
+            place = dot_layout(desc, labels and not large, fast=large)
+            place.labels = labels and not large
+            return place
         except (OSError, ValueError, subprocess.SubprocessError, KeyError):
             if method == "dot":
                 raise
@@ -251,3 +255,39 @@ def _cluster_boxes(desc, place, margin: float = 10.0):
             x2 = max(b[2] for b in boxes) + margin
             y2 = max(b[3] for b in boxes) + margin
             place.clusters[key] = (x1, y1, x2 - x1, y2 - y1)
+
+
+def drop_overlapping_labels(desc, place, measure, cell: float = 120.0) -> None:
+    """Hide (``place.hidden_labels``) each memlet label that would overlap a node or a
+    label kept before it, top to bottom. ``measure(text)`` gives a label's (w, h)."""
+    grid = defaultdict(list)
+
+    def cells(r):
+        x1, y1, x2, y2 = r
+        for i in range(int(x1 // cell), int(x2 // cell) + 1):
+            for j in range(int(y1 // cell), int(y2 // cell) + 1):
+                yield i, j
+
+    def free(r):
+        return not any(r[0] < o[2] and o[0] < r[2] and r[1] < o[3] and o[1] < r[3]
+                       for c in cells(r) for o in grid[c])
+
+    def add(r):
+        for c in cells(r):
+            grid[c].append(r)
+
+    for key, (cx, cy) in place.nodes.items():
+        w, h = desc.nodes[key].size
+        add((cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2))
+    labelled = [e for e in desc.edges if e.label and not e.invisible and e.key in place.edges
+                and place.edges[e.key][2] is not None]
+    labelled.sort(key=lambda e: (place.edges[e.key][2][1], place.edges[e.key][2][0]))
+    place.hidden_labels = set()
+    for e in labelled:
+        x, y = place.edges[e.key][2]
+        w, h = measure(e.label)
+        r = (x - w / 2 - 2, y - h / 2, x + w / 2 + 2, y + h / 2)
+        if free(r):
+            add(r)
+        else:
+            place.hidden_labels.add(e.key)

@@ -115,6 +115,7 @@ class MainWindow(QMainWindow):
         self._action(menu, "Save Re&cipe…", self.history.ask_save_recipe)
         self._action(menu, "Save Scrip&t…", self.history.ask_save_script)
         self._action(menu, "Save Screens&hot…", self.ask_screenshot)
+        self._action(menu, "&Export Graph (SVG, PNG)…", self.graph.ask_export)
         menu.addSeparator()
         self._action(menu, "&Quit", self.close, QKeySequence.Quit)
         self._refresh_recent()
