@@ -107,3 +107,24 @@ def test_the_cli_says_so_and_exits_1(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert "error: the program" in proc.stderr and "segmentation fault" in proc.stderr
     assert fault.name in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_unloading_programs_that_only_ran_in_the_worker(tmp_path):
+    """The session's own copy of a program is never initialized when every run goes to
+    the worker; ending it anyway called ``__dace_exit(NULL)`` and killed the process
+    (SqueezeNet: ``close`` after a build, or the second ``profile`` after a step).
+    Run in a child process so that a crash is this test's failure."""
+    script = (
+        "import workbench\n"
+        "ws = workbench.open('zoo:squeezenet')\n"
+        "build = ws.build()\n"
+        "assert not build.compiled._initialized\n"
+        "ws.profile(repeat=3, warmup=1, reference=False)\n"
+        "ws.apply(ws.transformations(names=['ExpandToMaps'], predict=False)[0])\n"
+        "ws.profile(repeat=3, warmup=1, reference=False)\n"
+        "ws.close()\n"
+        "print('unloaded')\n")
+    env = {**os.environ, "WORKBENCH_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, timeout=600, cwd=Path(__file__).parent.parent)
+    assert done.returncode == 0 and "unloaded" in done.stdout, done.stderr[-3000:]

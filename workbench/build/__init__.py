@@ -103,7 +103,7 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
 
     Rebuilding the same SDFG name in the same folder reuses CMake's
     configuration and the unchanged objects. Release the previous build of
-    that folder first (``build.compiled.finalize()`` and drop it), as the
+    that folder first (``release(build)`` and drop it), as the
     session does; one still held is unloaded if idle, else left loaded and
     the new library is loaded from a copy. ``defer_compile`` returns, after code
     generation, a function that compiles and loads (see ``compile_together``).
@@ -261,3 +261,15 @@ def _precompiled_header(progress, timings: dict):
 
 compiler_first_error = errors_at.compiler_first_error
 _first_line = errors_at.first_line
+
+
+def release(build) -> None:
+    """End a loaded program (its ``__dace_exit``), if it was ever initialized.
+
+    Programs normally run in the isolated worker, so the copy loaded in this
+    process often never was; DaCe's ``finalize`` would then call
+    ``__dace_exit(NULL)``, which crashed the process on SqueezeNet.
+    """
+    compiled = build.compiled if build is not None else None
+    if compiled is not None and getattr(compiled, "_initialized", False):
+        compiled.finalize()

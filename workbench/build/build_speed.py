@@ -22,7 +22,7 @@ from pathlib import Path
 
 import dace
 
-from workbench.build import compile_sdfg, fast_build_enabled
+from workbench.build import compile_sdfg, fast_build_enabled, release
 from workbench.build.settings import apply_build_settings, cache_dir
 
 MODES = {"fast": "1", "default": "0"}
@@ -40,23 +40,17 @@ def small_sdfg(factor: float, n: int = 1024) -> dace.SDFG:
     return sdfg
 
 
-def _release(build) -> None:
-    # What the session does before a rebuild: end the old program and drop it.
-    if build is not None and build.compiled is not None:
-        build.compiled.finalize()
-
-
 def bench_small(root: Path) -> dict:
     folder = Path(tempfile.mkdtemp(prefix="small-", dir=root))
     t = time.perf_counter()
     first = compile_sdfg(small_sdfg(2.0), folder)
     t_first = time.perf_counter() - t
-    _release(first)
+    release(first)
     del first
     t = time.perf_counter()
     again = compile_sdfg(small_sdfg(3.0), folder)
     t_again = time.perf_counter() - t
-    _release(again)
+    release(again)
     return {"small first": t_first, "small rebuild": t_again,
             "small rebuild compile": again.timings.get("compile", 0.0)}
 

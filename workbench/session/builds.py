@@ -2,7 +2,7 @@
 instrumented twin that ``profile`` reads its per-operator timers from."""
 import hashlib
 
-from workbench.build import compile_sdfg, compile_together, session_build_folder
+from workbench.build import compile_sdfg, compile_together, release, session_build_folder
 from workbench.session.history import canonical_json
 
 # Compiled programs a session keeps loaded, by SDFG: undo, redo or goto to any of the
@@ -36,8 +36,7 @@ class SessionBuilds:
     def close(self) -> None:
         """Unload compiled programs (the session stays usable; it rebuilds on demand)."""
         for build in [*self._builds.values(), self._timed_build]:
-            if build is not None and build.compiled is not None:
-                build.compiled.finalize()
+            release(build)
         self._init_builds()
 
     def _runnable_build(self, target: str, arch: str):
@@ -65,15 +64,13 @@ class SessionBuilds:
             old = self._builds.pop(oldest)
             if old is self._build:
                 self._build = None
-            if old.compiled is not None:
-                old.compiled.finalize()
+            release(old)
             return self._slots.pop(oldest)
         used = set(self._slots.values())
         return next(i for i in range(BUILD_CACHE) if i not in used)
 
     def _drop_timed_build(self) -> None:
-        if self._timed_build is not None and self._timed_build.compiled is not None:
-            self._timed_build.compiled.finalize()
+        release(self._timed_build)
         self._timed_build = None
 
     def _build_both(self) -> None:

@@ -25,6 +25,7 @@ import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from workbench.build import release
 from workbench.errors import Cancelled, WorkbenchError
 from workbench.progress import Progress
 from workbench.runtime.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all
@@ -84,8 +85,7 @@ def run_and_compare(ws, step, finish, cancel=None) -> dict:
         isolated.call(build, args, [o.sdfg_name for o in ws.outputs], constant=step.weights.keys(),
                       timeout=ws.run_timeout, cancel=cancel, step=_describe(step, position))
     finally:
-        if build.compiled is not None:
-            build.compiled.finalize()
+        release(build)
     outputs = {o.onnx_name: results[o.onnx_name].reshape(o.shape) for o in ws.outputs}
     report = compare_all(ws.name, outputs, _reference(ws), DEFAULT_RTOL, DEFAULT_ATOL)
     return verified_from(report)

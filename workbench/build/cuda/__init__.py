@@ -27,6 +27,7 @@ from dace.codegen import compiler
 
 from workbench.build.cuda.device import (cuda_device_count, device_arch,  # noqa: F401
                                          normalize_arch, require_cuda_device)
+from workbench.build import release
 from workbench.errors import BuildError
 
 HERE = Path(__file__).resolve().parent
@@ -119,7 +120,7 @@ def load_cuda(build, arch: str = None):
     if build.compiled is not None and build.arch == arch:
         return build
     if build.compiled is not None:
-        build.compiled.finalize()
+        release(build)
         build.compiled = None
     library = compile_cuda(build, arch)
     t = time.perf_counter()
