@@ -13,6 +13,7 @@ nearest the centre of the one moved is put at the same spot in the other.
 """
 import math
 
+from PyQt5 import sip
 from PyQt5.QtCore import Qt, pyqtSignal
 from PyQt5.QtGui import QBrush, QColor
 from PyQt5.QtWidgets import (QComboBox, QDialog, QGraphicsScene, QHBoxLayout, QHeaderView, QLabel,
@@ -152,8 +153,9 @@ class CompareWindow(QDialog):
         self.diff = None
         self.before, self.after = ComparePane(self), ComparePane(self)
         self._following = False
-        self.before.view.moved.connect(lambda: self.follow(self.before, self.after))
-        self.after.view.moved.connect(lambda: self.follow(self.after, self.before))
+        self._anchor = None    # the node both panes show that they are aligned on
+        self.before.view.moved.connect(self._before_moved)
+        self.after.view.moved.connect(self._after_moved)
         self.first, self.second = QComboBox(), QComboBox()
         for box in (self.first, self.second):
             box.setSizeAdjustPolicy(QComboBox.AdjustToContents)
@@ -286,10 +288,17 @@ class CompareWindow(QDialog):
             self.changes.addTopLevelItem(item)
 
     # -- moving together ---------------------------------------------------------------
+    def _before_moved(self):
+        self.follow(self.before, self.after)
+
+    def _after_moved(self):
+        self.follow(self.after, self.before)
+
     def follow(self, leader: ComparePane, other: ComparePane) -> None:
         """Show in ``other`` what ``leader`` shows: same scale, and the node both panes
         have nearest the leader's centre at the same place in the view."""
-        if self._following or not leader.node_items or not other.node_items:
+        if self._following or not leader.node_items or not other.node_items or \
+                sip.isdeleted(leader.view) or sip.isdeleted(other.view):   # window closing
             return
         self._following = True
         try:
@@ -297,11 +306,20 @@ class CompareWindow(QDialog):
             c = leader.view.center()
             mine, theirs = leader.positions(), other.positions()
             shared = [i for i in mine if i in theirs]
-            if shared:
+            visible = leader.view.mapToScene(leader.view.viewport().rect()).boundingRect()
+            # keep the last anchor while it is in view: a pane that moves again when it
+            # follows (scroll bars settle late) then maps back to the same place
+            anchor = self._anchor if self._anchor in shared and \
+                visible.contains(mine[self._anchor]) else None
+            if anchor is None and shared:
                 anchor = min(shared, key=lambda i: math.hypot(mine[i].x() - c.x(),
                                                               mine[i].y() - c.y()))
-                offset = c - mine[anchor]
-                other.view.centerOn(theirs[anchor] + offset)
+            self._anchor = anchor
+            if anchor is not None:
+                target = theirs[anchor] + (c - mine[anchor])
+                if (other.view.center() - target).manhattanLength() * \
+                        other.view.transform().m11() > 1:   # not there already
+                    other.view.centerOn(target)
             else:   # nothing in common: the same fraction of each graph
                 ra, rb = leader.scene.sceneRect(), other.scene.sceneRect()
                 fx = (c.x() - ra.left()) / max(ra.width(), 1)

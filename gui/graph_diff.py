@@ -91,6 +91,16 @@ class GraphDiff:
         return {s: len(self.of(s)) for s in (ADDED, REMOVED, CHANGED)}
 
 
+def _text(value) -> str:
+    """A property's value as text that two equal values share (code by its source,
+    sets in order; never an object's address)."""
+    if hasattr(value, "as_string"):
+        return value.as_string
+    if isinstance(value, (set, frozenset)):
+        return str(sorted(map(str, value)))
+    return str(value)
+
+
 def attributes_text(node, sdfg) -> str:
     """A digest of what a node computes with, beyond its type and connections."""
     if isinstance(node, dn.AccessNode):
@@ -99,10 +109,8 @@ def attributes_text(node, sdfg) -> str:
                                          str(desc.storage), str(desc.transient)]
     else:
         owner = node.map if isinstance(node, (dn.MapEntry, dn.MapExit)) else node
-        parts = [f"{p.attr_name}={v}" for p, v in owner.properties()
+        parts = [f"{p.attr_name}={_text(v)}" for p, v in owner.properties()
                  if p.attr_name not in _NOT_ATTRIBUTES]
-        if isinstance(node, dn.Tasklet):
-            parts.append(node.code.as_string)
     return hashlib.sha1("\n".join(sorted(parts)).encode()).hexdigest()[:16]
 
 
