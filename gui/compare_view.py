@@ -252,8 +252,8 @@ class CompareWindow(QDialog):
                       f"step {p}" for p, ms in ((a, diff.ms_before), (b, diff.ms_after))
                       if ms is None) + " not profiled)")
         self.summary.setText(
-            f"Step {b} against step {a}: {counts[ADDED]} nodes added, {counts[REMOVED]} "
-            f"removed, {counts[CHANGED]} changed; bytes moved {human_bytes(diff.bytes_before)} → "
+            f"Step {b} against step {a}: {counts[ADDED]} node{'s' * (counts[ADDED] != 1)} "
+            f"added, {counts[REMOVED]} removed, {counts[CHANGED]} changed; bytes moved {human_bytes(diff.bytes_before)} → "
             f"{human_bytes(diff.bytes_after)} ({signed_bytes(diff.byte_delta)}); {timing}")
         self._list(diff)
         for pane in (self.before, self.after):
