@@ -150,6 +150,7 @@ class CompareWindow(QDialog):
         self.setWindowTitle("Compare steps")
         self.resize(1500, 900)
         self.points = None     # (a, b) on screen
+        self._steps = None     # their history steps (a step is found by identity)
         self.diff = None
         self.before, self.after = ComparePane(self), ComparePane(self)
         self._following = False
@@ -191,7 +192,7 @@ class CompareWindow(QDialog):
         col.addWidget(self.summary)
         col.addWidget(body, 1)
         controller.opened.connect(self._opened)
-        controller.changed.connect(self.refresh_points)
+        controller.changed.connect(self._history_changed)
 
     # -- what to compare ------------------------------------------------------------
     def refresh_points(self) -> None:
@@ -207,14 +208,28 @@ class CompareWindow(QDialog):
                 box.setCurrentIndex(keep)
 
     def _opened(self) -> None:
-        self.points, self.diff = None, None
+        self._clear("")
+        self.refresh_points()
+
+    def _clear(self, why: str) -> None:
+        self.points, self.diff, self._steps = None, None, None
         for pane in (self.before, self.after):
             pane.scene.clear()
             pane.node_items = {}
             pane.heading.setText("")
-        self.summary.setText("")
+        self.summary.setText(why)
         self.changes.clear()
+
+    def _history_changed(self) -> None:
+        """A step, undo or redo: the lists follow; a comparison whose steps were dropped
+        (a new step after an undo replaces them) is taken off the screen."""
         self.refresh_points()
+        ws = self.ctl.ws
+        if self.points is not None and ws is not None and any(
+                ws.timeline.index(step) != p for step, p in zip(self._steps, self.points)):
+            a, b = self.points
+            self._clear(f"The history changed: step {a} or {b} as compared is gone. Pick two "
+                        f"points above.")
 
     def compare(self, a: int, b: int) -> None:
         """Compare history points ``a`` and ``b`` (0: the import) in a worker."""
@@ -230,14 +245,19 @@ class CompareWindow(QDialog):
         def work(job):
             with lock:
                 desc_a, desc_b, diff = compare_steps(ws, a, b)
+                steps = (ws.timeline[a], ws.timeline[b])
             changed = set(diff.changes)
-            return diff, laid_out(desc_a, changed), laid_out(desc_b, changed)
+            return steps, diff, laid_out(desc_a, changed), laid_out(desc_b, changed)
+
+        def done(result):
+            if self.ctl.ws is ws:   # else another session was opened meanwhile
+                self._show(a, b, *result)
         self.ctl.runner.submit("compare", f"Comparing step {a} with step {b}", work,
-                               on_done=lambda r: self._show(a, b, *r),
+                               on_done=done,
                                on_error=lambda e: self.ctl._failed("Compare failed", e))
 
-    def _show(self, a, b, diff, side_a, side_b) -> None:
-        self.points, self.diff = (a, b), diff
+    def _show(self, a, b, steps, diff, side_a, side_b) -> None:
+        self.points, self.diff, self._steps = (a, b), diff, steps
         self.before.show_graph(*side_a, {c.ident: c for c in diff.changes.values()
                                          if c.status != ADDED})
         self.after.show_graph(*side_b, {c.ident: c for c in diff.changes.values()

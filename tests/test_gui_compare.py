@@ -242,3 +242,14 @@ def test_compare_panes_move_together(qtbot, window):
     got = before.view.center()   # (sideways it may stop at the scroll limit)
     assert abs(got.y() - want.y()) < tol
     assert got.y() < before.node_items[middle].pos().y() - 100   # it went up too
+
+    # undo keeps the steps compared (redo can bring them back); a new step replaces
+    # step 1, and the stale comparison goes off the screen
+    w.ctl.undo()
+    qtbot.waitUntil(lambda: w.ctl.ws.position == 0, timeout=60_000)
+    wait_ready(qtbot, w)
+    assert cw.points == (0, 1) and cw.before.node_items
+    _apply(qtbot, w, "OnePassSoftmax")
+    assert cw.points is None and not cw.after.node_items
+    assert "history changed" in cw.summary.text()
+    assert cw.second.count() == 2 and "OnePassSoftmax" in cw.second.itemText(1)
