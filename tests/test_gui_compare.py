@@ -4,7 +4,8 @@ The diff (``gui.graph_diff``) is checked on hand-made graphs: plain node
 facts, and small SDFGs built here. The window is driven offscreen with
 pytest-qt on ``bert-layer`` (a transformer block) after two fusion steps:
 the fused nodes are coloured, the byte delta is the session's own, and the
-two panes move together.
+two panes move together; and on ``mlp`` profiled before and after a fusion,
+for the time deltas.
 """
 import os
 
@@ -14,6 +15,7 @@ os.environ["QT_QPA_PLATFORM"] = "offscreen"   # never flash windows on a desktop
 pytest.importorskip("pytestqt")
 
 import dace  # noqa: E402
+from PyQt5.QtCore import Qt  # noqa: E402
 from PyQt5.QtGui import QColor, QImage  # noqa: E402
 
 from gui.qtapp import ensure_app  # noqa: E402
@@ -253,3 +255,40 @@ def test_compare_panes_move_together(qtbot, window):
     assert cw.points is None and not cw.after.node_items
     assert "history changed" in cw.summary.text()
     assert cw.second.count() == 2 and "OnePassSoftmax" in cw.second.itemText(1)
+
+
+def test_time_deltas_when_both_points_were_profiled(qtbot, window):
+    """mlp profiled before and after fusing its first GEMM with its ReLU: each side says
+    its time, and each change its operator's measured time delta."""
+    from gui.profile_names import node_times
+    w, ctl = window, window.ctl
+    ctl.profile_repeat, ctl.profile_warmup = 3, 1
+    w.open_model("mlp")
+    wait_ready(qtbot, w)
+    ws = ctl.ws
+    ctl.profile()
+    qtbot.waitUntil(lambda: len(ws.profiles) == 1, timeout=240_000)
+    _apply(qtbot, w, "GemmEpilogueFusion")
+    ctl.profile()
+    qtbot.waitUntil(lambda: len(ws.profiles) == 2, timeout=240_000)
+    wait_ready(qtbot, w)
+    assert [p.step for p in ws.profiles] == [0, 1]
+    _menu_action(w.history.menu_for(1), "Compare with previous step").trigger()
+    cw = w.compare_window
+    qtbot.waitUntil(lambda: cw.points == (0, 1), timeout=60_000)
+    d = cw.diff
+    assert d.timed
+    assert (d.ms_before, d.ms_after) == (ws.profiles[0].total_ms, ws.profiles[1].total_ms)
+    names = dict(ws.operator_names())
+    with ctl.lock:
+        times = [node_times(ws.profiles[p], gd.step_sdfg(ws, p), names)[0] for p in (0, 1)]
+    fused = next(c for c in d.of(gd.ADDED) if c.operator and "{" in c.operator)
+    assert fused.ms_before is None and fused.ms_after == times[1][fused.operator] > 0
+    assert fused.ms_delta == fused.ms_after
+    gemm = next(c for c in d.of(gd.REMOVED) if c.operator == "/fc1/Gemm")
+    assert gemm.ms_before == times[0]["/fc1/Gemm"] > 0 and gemm.ms_delta == -gemm.ms_before
+    assert "time deltas: none" not in cw.summary.text()
+    assert f"{d.ms_after:.3f} ms" in cw.after.heading.text()
+    row = next(cw.changes.topLevelItem(i) for i in range(cw.changes.topLevelItemCount())
+               if cw.changes.topLevelItem(i).data(0, Qt.UserRole) == fused.ident)
+    assert row.text(3) == f"+{fused.ms_delta:.3f} ms"
