@@ -61,9 +61,10 @@ class SyncedView(GraphView):
 
     def __init__(self, parent=None):
         super().__init__(parent)
+        # not rangeChanged: a scroll bar showing up resizes the viewport, and the other
+        # pane would follow that too, back and forth
         for bar in (self.horizontalScrollBar(), self.verticalScrollBar()):
             bar.valueChanged.connect(lambda _: self.moved.emit())
-            bar.rangeChanged.connect(lambda *_: self.moved.emit())
 
     def zoom(self, factor: float) -> None:
         super().zoom(factor)
@@ -338,7 +339,7 @@ class CompareWindow(QDialog):
             if anchor is not None:
                 target = theirs[anchor] + (c - mine[anchor])
                 if (other.view.center() - target).manhattanLength() * \
-                        other.view.transform().m11() > 1:   # not there already
+                        other.view.transform().m11() > 2:   # not there already (in pixels)
                     other.view.centerOn(target)
             else:   # nothing in common: the same fraction of each graph
                 ra, rb = leader.scene.sceneRect(), other.scene.sceneRect()
