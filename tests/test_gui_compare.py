@@ -101,6 +101,25 @@ def test_node_facts_of_real_sdfgs_see_code_and_new_nodes():
     assert not grown.of(gd.REMOVED) and not grown.of(gd.CHANGED)
 
 
+def test_a_folded_side_keeps_every_change_in_view(monkeypatch):
+    """A graph large enough to fold by name scope folds the groups without a change and
+    opens those holding one (bert-layer, folded here from 20 nodes up)."""
+    import workbench
+    from gui import scope_groups
+    from gui.compare_view import laid_out
+    monkeypatch.setattr(scope_groups, "AUTO_FOLD", 20)
+    ws = workbench.open("bert-layer")
+    ws.apply(next(m for m in ws.transformations(level="fusion", predict=False)
+                  if m.transformation == "GemmEpilogueFusion"))
+    before, after, d = gd.compare_steps(ws, 0, 1)
+    for desc, hidden_status in ((before, gd.ADDED), (after, gd.REMOVED)):
+        shown, placement = laid_out(desc, set(d.changes))
+        assert any(n.kind == "group" for n in shown.nodes.values())     # folded elsewhere
+        wanted = [c.ident for c in d.changes.values() if c.status != hidden_status]
+        assert wanted and all(i in shown.by_ident and i not in shown.hidden for i in wanted)
+        assert set(placement.nodes) == set(shown.nodes)
+
+
 # -- the window, on a transformer block ---------------------------------------------------------
 def _apply(qtbot, w, name):
     ctl = w.ctl
