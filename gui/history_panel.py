@@ -9,7 +9,7 @@ while the background check runs. A failed step offers "Undo to before this
 step" (its row's context menu, and the button below for the first failed
 step of the current history).
 """
-from PyQt5.QtCore import Qt
+from PyQt5.QtCore import Qt, pyqtSignal
 from PyQt5.QtGui import QBrush, QColor, QFont
 from PyQt5.QtWidgets import (QFileDialog, QHBoxLayout, QHeaderView, QMenu, QPushButton,
                              QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget)
@@ -51,6 +51,8 @@ def runtime_by_step(profiles) -> dict:
 
 
 class HistoryPanel(QWidget):
+    compareRequested = pyqtSignal(int, int)   # two history points (the window opens them)
+
     def __init__(self, controller, parent=None):
         super().__init__(parent)
         self.ctl = controller
@@ -175,6 +177,12 @@ class HistoryPanel(QWidget):
                 undo.setFont(f)
         go = menu.addAction("Go to this step")
         go.triggered.connect(lambda _=False: self.ctl.goto(step))
+        if step >= 1:
+            menu.addSeparator()
+            menu.addAction("Compare with previous step").triggered.connect(
+                lambda _=False: self.compareRequested.emit(step - 1, step))
+            menu.addAction("Compare with imported model").triggered.connect(
+                lambda _=False: self.compareRequested.emit(0, step))
         return menu
 
     def _clicked(self, item, _col):

@@ -18,6 +18,7 @@ from PyQt5.QtWidgets import (QAction, QApplication, QDockWidget, QFileDialog, QI
 
 from gui import sessions
 from gui.code_panel import CodePanel
+from gui.compare_view import CompareWindow
 from gui.controller import Controller, describe_error
 from gui.graph_view import GraphPanel
 from gui.help_menu import HelpMenu
@@ -45,6 +46,8 @@ class MainWindow(QMainWindow):
         self.properties = PropertiesPanel(self.ctl)
         self.code = CodePanel(self.ctl)
         self.profile = ProfilePanel(self.ctl)
+        self.compare_window = None   # gui.compare_view, made when first asked for
+        self.history.compareRequested.connect(self.compare)
         self.docks = {}
         for name, widget, area in (("Transformations", self.transforms, Qt.LeftDockWidgetArea),
                                    ("History", self.history, Qt.LeftDockWidgetArea),
@@ -138,6 +141,7 @@ class MainWindow(QMainWindow):
 
         menu = self.menuBar().addMenu("&View")
         self._action(menu, "&Fit Graph", self.graph.view.fit, QKeySequence("Ctrl+0"))
+        self._action(menu, "&Compare with Imported Model…", self.compare)
         menu.addSeparator()
         for dock in self.docks.values():
             menu.addAction(dock.toggleViewAction())
@@ -338,6 +342,17 @@ class MainWindow(QMainWindow):
         box = QMessageBox(QMessageBox.Warning, title, text, QMessageBox.Ok, self)
         box.setAttribute(Qt.WA_DeleteOnClose)
         box.open()   # not exec_(): the UI thread never blocks
+
+    def compare(self, a: int = 0, b: int = None) -> None:
+        """Show history points ``a`` and ``b`` side by side (default: the import against
+        the current step)."""
+        if self.ctl.ws is None:
+            return
+        if self.compare_window is None:
+            self.compare_window = CompareWindow(self.ctl, self)
+        self.compare_window.compare(a, self.ctl.ws.position if b is None else b)
+        self.compare_window.show()
+        self.compare_window.raise_()
 
     def _focus_find(self):
         self.graph.find.setFocus()
