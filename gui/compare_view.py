@@ -64,7 +64,20 @@ class SyncedView(GraphView):
         # not rangeChanged: a scroll bar showing up resizes the viewport, and the other
         # pane would follow that too, back and forth
         for bar in (self.horizontalScrollBar(), self.verticalScrollBar()):
-            bar.valueChanged.connect(lambda _: self.moved.emit())
+            bar.valueChanged.connect(self._scrolled)
+
+    def _scrolled(self, _value) -> None:
+        self.moved.emit()
+
+    def __dtor__(self) -> None:
+        # sip calls this as the C++ view begins to be destroyed. Qt's teardown still moves
+        # the scroll bars, and a slot emitting on the half-destroyed view then crashed the
+        # process (a deleteLater'd window, in whatever event loop ran next).
+        for bar in (self.horizontalScrollBar(), self.verticalScrollBar()):
+            try:
+                bar.valueChanged.disconnect(self._scrolled)
+            except (TypeError, RuntimeError):
+                pass
 
     def zoom(self, factor: float) -> None:
         super().zoom(factor)
