@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Qt5Agg")
 from matplotlib.backends.backend_qt5agg import FigureCanvasQTAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 from PyQt5.QtCore import Qt  # noqa: E402
 from PyQt5.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QSpinBox,  # noqa: E402
                              QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
@@ -218,7 +219,8 @@ class ProfilePanel(QWidget):
             ax.set_xlabel("history step")
             ax.set_ylabel("median ms")
             last = max(steps + [ws.position if ws else 0])
-            ax.set_xticks(range(0, last + 1))
+            # whole steps only, and few enough to read (56 steps after auto ran together)
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=12, integer=True))
             ax.set_xlim(-0.5, last + 0.5)
             ax.legend(loc="upper right", fontsize=7)
             ax.set_ylim(0, max(highs + refs + [by_step[s].total_ms for s in steps]) * 1.25)
