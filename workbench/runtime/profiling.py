@@ -14,6 +14,8 @@ import dace
 import numpy as np
 from dace.sdfg import nodes
 
+from workbench.analysis.movement import owner_name
+from workbench.ops.registry import OWNER_SEPARATOR
 from workbench.runtime.reference import ort_session
 from workbench.runtime.threads import DEFAULT_THREADS
 
@@ -86,7 +88,8 @@ def kernel_times(build, names: dict) -> tuple:
     for label, ms in kernels.items():
         if label == build.sdfg.name:
             continue  # the whole program
-        op = names.get(label.split("__", 1)[0], label.split("__", 1)[0])
+        # the longest known name: a fused node's own name may hold the separator
+        op = owner_name(label, names) or label.split(OWNER_SEPARATOR, 1)[0]
         per_op[op] = per_op.get(op, 0.0) + ms
     return per_op, kernels
 
