@@ -7,7 +7,7 @@ Three kinds of entries:
   (small versions of torchvision / HuggingFace architectures);
 - ``full``: the same architectures at their published sizes (``NAME-full``),
   written by ``python tests/exports/make_exports.py --full NAME`` into
-  ``$WORKBENCH_CACHE/zoo-full/`` and never committed.
+  ``$WORKBENCH_CACHE/zoo-full/`` (or ``$WORKBENCH_ZOO_FULL``) and never committed.
 
 Each entry carries the input shapes to import it with (its symbolic dims
 fixed), so ``workbench.open("zoo:bert")`` and ``python app.py verify zoo:bert``
@@ -137,8 +137,10 @@ def cache_root() -> Path:
 
 
 def full_folder() -> Path:
-    """Where ``make_exports.py --full`` writes the full-size models."""
-    return cache_root() / "zoo-full"
+    """Where ``make_exports.py --full`` writes the full-size models: ``$WORKBENCH_ZOO_FULL``,
+    else under the cache (a scratch ``WORKBENCH_CACHE`` for builds need not hide them)."""
+    folder = os.environ.get("WORKBENCH_ZOO_FULL")
+    return Path(folder).expanduser() if folder else cache_root() / "zoo-full"
 
 
 def reference(model: ZooModel, seed: int = 0) -> tuple[dict, dict]:

@@ -106,10 +106,14 @@ class LatencyProbe:
                 "max_ui_cpu_ms": round(max(self.ui_cpu, default=0.0), 1)}
 
 
-def wait(predicate, timeout_s=600.0, what="the window"):
+def wait(predicate, timeout_s=600.0, what="the window", window=None):
+    """Wait for ``predicate``; with ``window``, stop at once when it shows an error."""
     from gui.qtapp import wait_until
-    if not wait_until(predicate, timeout_s):
+    failed = (lambda: window.last_error is not None) if window is not None else (lambda: False)
+    if not wait_until(lambda: predicate() or failed(), timeout_s):
         raise TimeoutError(f"{what} did not get there in {timeout_s:.0f} s")
+    if failed() and not predicate():
+        raise RuntimeError(f"{what}: the window shows an error: {window.last_error}")
 
 
 def ready(w) -> bool:
@@ -181,8 +185,9 @@ def large_graph(w, probe=None, nodes: int = 1000, model: str = None) -> dict:
         model, target = str(path), "/b3/Gate"
     t = time.perf_counter()
     with probe or _null():
+        w.last_error = None
         w.open_model(model)
-        wait(lambda: w.ctl.ws is not None, what="opening the large model")
+        wait(lambda: w.ctl.ws is not None, what="opening the large model", window=w)
         opened = time.perf_counter() - t
         mark = len(probe.gaps) if probe else 0   # the gaps from here on: the graph's own
         wait(lambda: w.graph.desc is not None and not w.ctl.runner.busy("layout"),
@@ -213,9 +218,10 @@ def real_model(w, probe=None, model: str = "zoo:vit-full", select: str = None) -
     then select one operator node and time its rows' predictions."""
     t = time.perf_counter()
     with probe or _null():
+        w.last_error = None
         w.open_model(model)
         wait(lambda: w.ctl.ws is not None and w.graph.desc is not None
-             and not w.ctl.runner.busy("layout"), what=f"the graph of {model}")
+             and not w.ctl.runner.busy("layout"), what=f"the graph of {model}", window=w)
         shown = time.perf_counter() - t
         wait(lambda: w.ctl.matches_state == "done" and not w.ctl.runner.busy("matches"),
              what="the sorted transformation list")
@@ -293,6 +299,8 @@ def main(argv=None) -> int:
     parser.add_argument("--stalls", action="store_true",
                         help="print the threads' stacks during each gap over the goal")
     args = parser.parse_args(argv)
+    from sdfg_models import zoo
+    os.environ.setdefault("WORKBENCH_ZOO_FULL", str(zoo.full_folder()))   # before the scratch cache
     os.environ.setdefault("WORKBENCH_CACHE", _scratch())   # builds and headers: ~50 MB
     os.environ.setdefault("WORKBENCH_SESSIONS", _scratch())   # the windows' session folders
     from gui.qtapp import ensure_app
