@@ -311,3 +311,48 @@ def test_time_deltas_when_both_points_were_profiled(qtbot, window):
     row = next(cw.changes.topLevelItem(i) for i in range(cw.changes.topLevelItemCount())
                if cw.changes.topLevelItem(i).data(0, Qt.UserRole) == fused.ident)
     assert row.text(3) == f"+{fused.ms_delta:.3f} ms"
+
+
+def test_compare_shows_a_fusion_step_on_a_bert_export(qtbot, window, tmp_path, monkeypatch):
+    """The same on a real transformer export (HuggingFace BERT, tests/exports/bert.onnx,
+    folded by name scope): fusing layer 0's attention output projection with its bias Add
+    shows the fused node added in the right pane, the MatMul and Add removed in the left,
+    each pane's changes opened out of their folded layers (two layers fold at the size of
+    a deep model's). ``WORKBENCH_DOCS_SHOTS`` names a folder to keep the picture in
+    (docs/compare_bert_export_fusion.png was taken so)."""
+    from gui import scope_groups
+    monkeypatch.setattr(scope_groups, "AUTO_FOLD", 100)
+    w = window
+    w.open_model("zoo:bert")
+    wait_ready(qtbot, w)
+    ctl = w.ctl
+    with ctl.lock:
+        match = next(m for m in ctl.ws.transformations(level="fusion", predict=False)
+                     if m.transformation == "GemmEpilogueFusion"
+                     and "/layer.0/attention_output/" in m.description)
+    ctl.apply(match)
+    qtbot.waitUntil(lambda: ctl.ws.position == 1, timeout=120_000)
+    wait_ready(qtbot, w)
+    ws = ctl.ws
+    _menu_action(w.history.menu_for(1), "Compare with previous step").trigger()
+    cw = w.compare_window
+    qtbot.waitUntil(lambda: cw.points == (0, 1), timeout=120_000)
+    d = cw.diff
+    fused = next(c for c in d.of(gd.ADDED) if c.operator and "{MatMul,Add}" in c.operator)
+    assert fused.operator.startswith("/layer.0/attention_output/")
+    originals = {fused.operator.replace("{MatMul,Add}", p) for p in ("MatMul", "Add")}
+    assert originals <= {c.operator for c in d.of(gd.REMOVED)}
+    assert d.byte_delta == ws.steps[0]["bytes_after"] - ws.steps[0]["bytes_before"] < 0
+    assert sum(d.operator_bytes.values()) == d.byte_delta
+    # every change is drawn (its layer opened around it), in its colour
+    assert _fill(cw.after.node_items[fused.ident]) == QColor(COLOURS[gd.ADDED]).name()
+    for c in d.of(gd.REMOVED):
+        assert _fill(cw.before.node_items[c.ident]) == QColor(COLOURS[gd.REMOVED]).name()
+    groups = [i for i in cw.after.node_items.values() if i.gnode.kind == "group"]
+    assert groups, "the export's other layers stay folded"
+    assert all("layer.0/attention_output" not in g.gnode.ident for g in groups)
+    folder = os.environ.get("WORKBENCH_DOCS_SHOTS")
+    shot = (tmp_path if not folder else __import__("pathlib").Path(folder)) \
+        / "compare_bert_export_fusion.png"
+    cw.grab().save(str(shot), "PNG")
+    assert QImage(str(shot)).width() > 400
