@@ -23,6 +23,7 @@ from gui.controller import Controller, describe_error
 from gui.graph_view import GraphPanel
 from gui.help_menu import HelpMenu
 from gui.history_panel import HistoryPanel
+from gui.idle_collector import IdleCollector
 from gui.profile_panel import ProfilePanel
 from gui.properties_panel import PropertiesPanel
 from gui.transform_panel import TransformPanel
@@ -35,6 +36,7 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.settings = settings or QSettings()
         self.ctl = Controller(self)
+        self.collector = IdleCollector(self.ctl.runner, self)
         self.last_error = None
         self.setAcceptDrops(True)
         self.resize(1600, 1000)
@@ -390,6 +392,7 @@ class MainWindow(QMainWindow):
                                 f"{describe_error(e)}\n\nClose the window again to close "
                                 f"without saving.")
                 return
+        self.collector.stop()
         super().closeEvent(event)
 
     def _ask_close_when_done(self, step: str):

@@ -291,3 +291,31 @@ def test_external_data_through_a_symlink_out_of_the_folder_is_refused(tmp_path):
     (tmp_path / "m" / "w.bin").symlink_to(tmp_path / "secret.bin")
     with pytest.raises(UnsafeModelError):
         workbench.open(_external_model(tmp_path / "m", "w.bin"))
+
+
+def test_checks_and_inference_see_the_same_shapes_without_the_weights():
+    """The checker and both inference engines run on the model's structure
+    (weightless.py): every tensor of a real export (ResNet, 1.2 MB of weights) gets
+    the same type and shape as with the weights, and a weight whose data does not
+    fit its dims stays whole, for the checks to see as before."""
+    from workbench.importer.shapes import fix_input_shapes, symbolic_engine
+    from workbench.importer.weightless import without_weights
+    path = Path(__file__).parent / "exports" / "resnet.onnx"
+    model = fix_input_shapes(onnx.load(str(path)), {"batch": 1})
+    slim = without_weights(model, min_bytes=4096)
+    big = [t.name for t in model.graph.initializer if len(t.raw_data) >= 4096]
+    assert big and not {t.name for t in slim.graph.initializer} & set(big)
+    assert slim.ByteSize() < model.ByteSize() / 5
+
+    def types(m):
+        return {v.name: v.type.SerializeToString() for v in m.graph.value_info}
+    for infer in (lambda m: onnx.shape_inference.infer_shapes(m, data_prop=True),
+                  lambda m: symbolic_engine().infer_shapes(m, auto_merge=False)):
+        full, light = types(infer(model)), types(infer(slim))
+        assert full and full == light
+
+    broken = onnx.ModelProto()
+    broken.CopyFrom(model)
+    weight = next(t for t in broken.graph.initializer if t.name == big[0])
+    weight.raw_data = weight.raw_data[:-4]
+    assert weight.name in {t.name for t in without_weights(broken, 4096).graph.initializer}

@@ -14,6 +14,7 @@ from onnx import external_data_helper
 from workbench.errors import ModelLoadError, UnsafeModelError
 from workbench.importer.budget import check_budget
 from workbench.importer.validate import element_count, itemsize, validate_graph
+from workbench.importer.weightless import without_weights
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ def check_model(model: onnx.ModelProto, where: str = "the model") -> None:
     type and shape inference (a Gemm fed booleans, a declared shape the graph
     contradicts, an attribute value the op cannot take)."""
     validate_graph(model, where)
+    model = without_weights(model)   # what the checks read, without the GIL-bound copy
     try:
         onnx.checker.check_model(model)
     except Exception as e:

@@ -10,6 +10,7 @@ from onnx import TensorProto
 
 from workbench.errors import ShapeError
 from workbench.importer.budget import check_budget, tensor_bytes
+from workbench.importer.weightless import without_weights
 
 log = logging.getLogger(__name__)
 
@@ -90,15 +91,16 @@ def infer_shapes(model: onnx.ModelProto, hints: dict = None,
     """
     check_model_budget(model, memory_budget)
     symbolic = exact = None
+    slim = without_weights(model)   # the same shapes, without serializing the weights
     with _quiet():
         try:
-            exact = onnx.shape_inference.infer_shapes(model, data_prop=True)
+            exact = onnx.shape_inference.infer_shapes(slim, data_prop=True)
         except Exception as e:
             log.info("onnx shape inference failed (%s)", e)
         if exact is not None:
             check_model_budget(exact, memory_budget)
         try:
-            symbolic = symbolic_engine().infer_shapes(model, auto_merge=False)
+            symbolic = symbolic_engine().infer_shapes(slim, auto_merge=False)
         except MemoryError:
             raise
         except Exception as e:  # it asserts on some exports (legacy ViT)
@@ -106,8 +108,7 @@ def infer_shapes(model: onnx.ModelProto, hints: dict = None,
     if symbolic is None and exact is None:
         raise ShapeError("shape inference failed with both onnxruntime's symbolic and onnx's "
                          "inference; check the model with onnx.checker (full_check=True).")
-    base = symbolic if symbolic is not None else exact
-    merged = _copy(base)
+    merged = _copy(model)   # the engines' value_info and outputs are all it takes from them
     known = {}
     for source in (model, symbolic, exact):  # later sources win
         if source is None:
