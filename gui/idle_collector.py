@@ -14,7 +14,7 @@ instead, when no worker is busy and no key or mouse input came for a while,
 and then freezes what survived (``gc.freeze``) so that the next one walks
 only what is new. Objects frozen and later dropped in a cycle wait for the
 next thaw: the collector thaws and collects everything every ``THAW_EVERY``
-idle collections, and when the last window closes.
+idle collections, and the last window to close thaws everything.
 """
 import gc
 import logging
@@ -102,5 +102,7 @@ def _stop_automatic_full_collections():
 
 
 def _restore_automatic_full_collections():
+    """And thaw: what the closed windows froze is garbage now, for CPython's next collection."""
     young0, young1, _ = gc.get_threshold()
     gc.set_threshold(young0, young1, _saved[0] if _saved else 10)
+    gc.unfreeze()
