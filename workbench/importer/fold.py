@@ -11,9 +11,14 @@ Rules:
 4. Initializers no remaining node or output uses are dropped.
 Afterwards the SDFG sees static shapes and no shape plumbing.
 """
+from collections import ChainMap
+from collections.abc import MutableMapping
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+from workbench.importer.weightless import copy_fields
 
 NON_DETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                      "Multinomial", "Bernoulli"}
@@ -29,7 +34,7 @@ def fold_constants(model: onnx.ModelProto, static_shapes: dict, max_elements: in
     import, e.g. axes computed by Range(Size(Shape(x))).
     """
     graph = model.graph
-    consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    consts = _Constants(graph.initializer)
     known = {}
     outputs = {o.name for o in graph.output}
     opset = {o.domain: o.version for o in model.opset_import}
@@ -40,7 +45,7 @@ def fold_constants(model: onnx.ModelProto, static_shapes: dict, max_elements: in
             values = _try_fold(node, consts, static_shapes, opset, max_elements, evaluate)
         if values is None:
             kept.append(node)
-            values = _try_fold(node, {**consts, **known}, static_shapes, opset,
+            values = _try_fold(node, ChainMap(known, consts), static_shapes, opset,
                                KNOWN_MAX_ELEMENTS, True)
             for name, value in zip(node.output, values or ()):
                 if name and value is not None:
@@ -52,16 +57,59 @@ def fold_constants(model: onnx.ModelProto, static_shapes: dict, max_elements: in
                 consts[name] = np.asarray(value)
     used = {i for n in kept for i in n.input} | outputs | _subgraph_inputs(kept)
     new = onnx.ModelProto()
-    new.CopyFrom(model)
-    del new.graph.node[:]
+    copy_fields(model, new, skip=("graph",))
+    copy_fields(graph, new.graph, skip=("node", "initializer"))
     new.graph.node.extend(kept)
-    del new.graph.initializer[:]
-    new.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items() if k in used)
+    new.graph.initializer.extend(consts.tensors(used))
     inits = {t.name for t in new.graph.initializer}
     keep_inputs = [i for i in new.graph.input if i.name not in consts or i.name in inits]
     del new.graph.input[:]
     new.graph.input.extend(keep_inputs)
     return new, folded, known
+
+
+class _Constants(MutableMapping):
+    """name -> value of the initializers and the values folded so far. An initializer
+    becomes an array only when a node being folded reads it, and one never replaced goes
+    back into the model as the same tensor: converting GPT-2 small's 653 MB of weights
+    to arrays and back on every pass held the GIL for seconds and folded nothing."""
+
+    def __init__(self, initializers):
+        self._tensors = {t.name: t for t in initializers}
+        self._arrays = {}
+
+    def __getitem__(self, name):
+        if name not in self._arrays:
+            self._arrays[name] = numpy_helper.to_array(self._tensors[name])
+        return self._arrays[name]
+
+    def __setitem__(self, name, value):
+        self._arrays[name] = value
+        self._tensors.pop(name, None)
+
+    def __delitem__(self, name):
+        self._arrays.pop(name, None)
+        self._tensors.pop(name, None)
+
+    def __contains__(self, name):
+        return name in self._arrays or name in self._tensors
+
+    def __iter__(self):
+        return iter({**self._tensors, **self._arrays})
+
+    def __len__(self):
+        return len(set(self._tensors) | set(self._arrays))
+
+    def tensors(self, names) -> list:
+        """The initializers of ``names`` in first-seen order: the originals untouched."""
+        out = []
+        for name in self:
+            if name not in names:
+                continue
+            tensor = self._tensors.get(name)
+            out.append(tensor if tensor is not None
+                       else numpy_helper.from_array(self._arrays[name], name))
+        return out
 
 
 # Values of kept nodes are evaluated (for shapes and small constants) up to this size.
