@@ -49,6 +49,7 @@ class Export(NamedTuple):
     input_names: list
     output_names: list
     dynamic_axes: dict = None
+    half: bool = False   # exported in float16 (module.half(), float inputs too)
 
 
 def _image(make, size, input_name="input", batch_axis=False):
@@ -101,6 +102,8 @@ SMALL = {
     "gpt2": _gpt2(),
     "unet": _image(UNet, 32),
     "densenet": _image(DenseNet, 32),
+    "resnet_fp16": _image(ResNet, 64, batch_axis=True)._replace(half=True),
+    "bert_fp16": _bert()._replace(half=True),
 }
 
 FULL = {
@@ -139,6 +142,9 @@ def export(name: str, full: bool = False) -> Path:
     with torch.no_grad():
         _randomize_norms(module)
     args = spec.inputs()
+    if spec.half:
+        module = module.half()
+        args = tuple(a.half() if a.is_floating_point() else a for a in args)
     folder = HERE
     if full:
         from sdfg_models import zoo

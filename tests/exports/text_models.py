@@ -88,8 +88,8 @@ class Bert(nn.Module):
         batch_size, seq_length = input_ids.size()
         # get_extended_attention_mask: broadcast to [batch, 1, 1, seq], 0 keeps, -10000 drops.
         ext = attention_mask[:, None, None, :].expand(batch_size, 1, seq_length, seq_length)
-        ext = (1.0 - ext.to(torch.float32)) * -10000.0
         hidden = self.embeddings(input_ids, token_type_ids)
+        ext = (1.0 - ext.to(hidden.dtype)) * -10000.0   # the model's dtype, as HF's self.dtype
         all_hidden = [hidden]
         for layer in self.layer:
             hidden = layer(hidden, ext)

@@ -6,6 +6,7 @@ import onnx
 
 from workbench.importer.contracts import check_contracts
 from workbench.importer.fold import fold_constants
+from workbench.importer.half import compute_half_in_float
 from workbench.importer.load import check_model, load_model
 from workbench.importer.shapes import fix_input_shapes, infer_shapes, tensor_types
 from workbench.importer.to_sdfg import (FOLDED_AT_IMPORT, TensorInfo, build_sdfg, c_identifier,
@@ -66,6 +67,7 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
                 break
             n_folded += n_more
             folded, known = infer_shapes(again, known_more, memory_budget), known_more
+    folded = compute_half_in_float(folded, tensor_types(folded))
     with progress.phase("build SDFG"):
         sdfg_name = c_identifier(f"wb_{name}", set())
         sdfg, inputs, outputs, weights = build_sdfg(folded, tensor_types(folded), sdfg_name,

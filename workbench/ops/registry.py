@@ -86,7 +86,8 @@ def implementations_of(op_type: str) -> list:
 
 
 def is_supported(op_type: str, domain: str = "") -> bool:
-    return domain in ("", "ai.onnx") and (op_type, "pure") in _IMPLS
+    ours = domain == "workbench" and op_type in _INTERNAL   # the importer's own (importer/half.py)
+    return (domain in ("", "ai.onnx") or ours) and (op_type, "pure") in _IMPLS
 
 
 @dataclass
