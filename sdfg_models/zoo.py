@@ -92,6 +92,8 @@ MODELS = [
     _export("gpt2", "GPT-2 (HuggingFace), one layer, 16 tokens", _TEXT),
     _export("unet", "U-Net, three levels, 32x32"),
     _export("densenet", "DenseNet, three dense blocks, 32x32"),
+    _export("lstm_tagger", "LSTM tagger (embedding, two-layer LSTM, Linear), 16 tokens", _TEXT),
+    _export("gru_classifier", "bidirectional GRU classifier, 16 tokens", _TEXT),
     _full("resnet", "ResNet-18, 224x224", {"batch": 1}),
     _full("mobilenetv2", "MobileNetV2, 224x224"),
     _full("efficientnet_b0", "EfficientNet-B0, 224x224"),

@@ -35,6 +35,7 @@ from torch import nn
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # run as a script: the model files, sdfg_models
 
+from recurrent_models import GRUClassifier, LSTMTagger  # noqa: E402
 from text_models import GPT2, Bert  # noqa: E402
 from unet_densenet import DenseNet, UNet  # noqa: E402
 from vision_models import (EfficientNetB0, MobileNetV2, ResNet, SqueezeNet,  # noqa: E402
@@ -91,6 +92,12 @@ def _gpt2(vocab=128, layers=1, attention_mask=False, **config):
                   {n: _TEXT_AXES for n in names})
 
 
+def _tokens(make, sequence=16):
+    """Token ids [batch, sequence] with dynamic axes, as text models are exported."""
+    return Export(make, lambda: (torch.randint(0, 100, (1, sequence)),), ["input_ids"],
+                  ["logits"], {"input_ids": _TEXT_AXES})
+
+
 SMALL = {
     "resnet": _image(ResNet, 64, batch_axis=True),
     "mobilenetv2": _image(MobileNetV2, 64),
@@ -101,6 +108,8 @@ SMALL = {
     "gpt2": _gpt2(),
     "unet": _image(UNet, 32),
     "densenet": _image(DenseNet, 32),
+    "lstm_tagger": _tokens(LSTMTagger),
+    "gru_classifier": _tokens(GRUClassifier),
 }
 
 FULL = {
