@@ -20,6 +20,7 @@ past it the state is kept and ``Y`` is 0, and a reverse direction starts at
 ``XW`` and ``Y`` are indexed inside the tasklet (dynamic memlets).
 """
 import math
+import re
 from dataclasses import dataclass
 
 import dace
@@ -30,8 +31,13 @@ from workbench.ops.layout_ops import _ENVIRONMENTS, _environment
 from workbench.ops.library_tasklet import library_tasklet
 from workbench.ops.reduce import refuse_float16
 from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
+from workbench.ops.simd import SIMD_MATH, row_loop, substitute
 
 _SUM = "lambda p, q: p + q"
+# Below this many elements a map runs on one thread: a step of a small recurrent layer
+# is a few microseconds of work, less than what waking the OpenMP team costs (and on
+# a busy machine one descheduled thread stalls every step).
+PARALLEL_MIN_ELEMENTS = 8192
 _BLAS = {dace.float32: ("s", "float"), dace.float64: ("d", "double")}
 
 # Activation functions the spec lists: (expression of a variable {x}, default alpha, beta).
@@ -50,6 +56,54 @@ _ACTIVATIONS = {
     "softsign": ("{x} / (1 + abs({x}))", None, None),
     "softplus": ("log(1 + exp({x}))", None, None),
 }
+
+
+# float32 Sigmoid and Tanh as the rational minimax approximations onnxruntime's MLAS
+# and Eigen use (their published coefficients): no libm call, so the gate loop
+# vectorizes, and the results follow onnxruntime's to float rounding. glibc's scalar
+# tanhf (through expm1f) took most of a step. (clamp, odd numerator coefficients from
+# x^1 up, even denominator coefficients from x^0 up, constant added)
+_TANH = (9.0, (4.89352455891786e-03, 6.37261928875436e-04, 1.48572235717979e-05,
+               5.12229709037114e-08, -8.60467152213735e-11, 2.00018790482477e-13,
+               -2.76076847742355e-16),
+         (4.89352518554385e-03, 2.26843463243900e-03, 1.18534705686654e-04,
+          1.19825839466702e-06), 0.0)
+_LOGISTIC = (18.0, (2.48287947061529e-01, 8.51377133304701e-03, 6.08574864600143e-05,
+                    1.15627324459942e-07, 4.37031012579801e-11),
+             (9.93151921023180e-01, 1.16817656904453e-01, 1.70198817374094e-03,
+              6.29106785017040e-06, 5.76102136993427e-09, 6.10247389755681e-13), 0.5)
+_RATIONAL = {_ACTIVATIONS["sigmoid"][0]: _LOGISTIC, _ACTIVATIONS["tanh"][0]: _TANH}
+
+
+def clamp(x: str, dst: str, bound: float, literal=repr) -> str:
+    """Code lines: ``dst`` = ``x`` clamped to [-bound, bound] without a comparison:
+    min(x, c) = x - relu(x - c), relu(v) = (v + |v|) / 2, which is exactly x below c
+    (v + |v| is exactly 0 for v < 0). GCC keeps a float comparison out of a vectorized
+    loop under the default -ftrapping-math ("control flow in loop")."""
+    hi, lo, half = literal(bound), literal(-bound), literal(0.5)
+    return (f"{dst}_hi = {x} - {half} * (({x} - {hi}) + abs({x} - {hi}))\n"
+            f"{dst} = {dst}_hi + {half} * (({lo} - {dst}_hi) + abs({lo} - {dst}_hi))")
+
+
+def _rational(coefficients, x: str, dst: str) -> str:
+    """Code lines: dst = x' * P(x'^2) / Q(x'^2) + constant, x' = x clamped, in float32."""
+    bound, num, den, add = coefficients
+
+    def f32(v):
+        return f"dace.float32({v!r})"
+
+    def horner(coefs, var):
+        text = f32(coefs[-1])
+        for c in reversed(coefs[:-1]):
+            text = f"({text} * {var} + {f32(c)})"
+        return text
+
+    lines = [clamp(x, f"{dst}_x", bound, f32),
+             f"{dst}_s = {dst}_x * {dst}_x",
+             f"{dst} = {dst}_x * {horner(num, dst + '_s')} / {horner(den, dst + '_s')}"]
+    if add:
+        lines[-1] += f" + {f32(add)}"
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -139,12 +193,22 @@ class Plan:
                        .replace("{beta}", repr(float(beta or 0))))
         return [out[d * n:(d + 1) * n] for d in range(self.D)]
 
-    def apply(self, k: int, x: str) -> str:
-        """Activation ``k`` of the cell on variable ``x`` (per direction when they differ)."""
-        per_dir = [f[k].replace("{x}", x) for f in self.functions]
-        if len(set(per_dir)) == 1:
-            return per_dir[0]
-        return f"({per_dir[1]} if d == 1 else {per_dir[0]})"
+    def act(self, k: int, x: str, dst: str) -> str:
+        """Code lines setting ``dst`` to activation ``k`` of the cell applied to variable
+        ``x`` (per direction when the directions' functions differ)."""
+        per_dir = [self._activation(f[k], x, f"{dst}{d}" if len(self.functions) > 1 else dst)
+                   for d, f in enumerate(self.functions)]
+        if len(set(f[k] for f in self.functions)) == 1:
+            return self._activation(self.functions[0][k], x, dst)
+        return "\n".join(per_dir + [f"{dst} = ({dst}1 if d == 1 else {dst}0)"])
+
+    def _activation(self, text: str, x: str, dst: str) -> str:
+        if self.dtype == dace.float32 and text in _RATIONAL:
+            return _rational(_RATIONAL[text], x, dst)
+        if self.dtype == dace.float32:
+            # DaCe emits exp(x) unqualified: C's double exp, and a double tanh
+            text = re.sub(r"\b(exp|tanh|log)\(", r"\1f(", text)
+        return f"{dst} = {text.replace('{x}', x)}"
 
     # -- indices -------------------------------------------------------------------
     def state_index(self, d="d", b="b", k="k") -> str:
@@ -164,8 +228,16 @@ class Plan:
         """XW is seen [S, N, D*G] (layout 0) or [N, S, D*G] (layout 1), X's row order."""
         return f"xw[{time}, b, {col}]" if self.layout == 0 else f"xw[b, {time}, {col}]"
 
+    def xw_time_stride(self) -> int:
+        return self.N * self.D * self.G if self.layout == 0 else self.D * self.G
+
+    def y_time_stride(self) -> int:
+        return self.D * self.N * self.H if self.layout == 0 else self.D * self.H
+
     def y_at(self, time: str) -> str:
-        return f"{self.y}[{time}, d, b, k]" if self.layout == 0 else f"{self.y}[b, {time}, d, k]"
+        row = f"0:{self.H}"
+        return (f"{self.y}[{time}, d, b, {row}]" if self.layout == 0
+                else f"{self.y}[b, {time}, d, {row}]")
 
 
 def _recurrent(call, use_blas: bool):
@@ -190,7 +262,7 @@ def _recurrent(call, use_blas: bool):
         if state_arr not in sdfg.arrays:
             continue
         inputs = {"v": dace.Memlet(f"{given}[{plan.state_index()}]")} if given else {}
-        parallel(mapped_tasklet(init, f"init_{state_arr}",
+        _scheduled(mapped_tasklet(init, f"init_{state_arr}",
                                 {"d": f"0:{D}", "b": f"0:{N}", "k": f"0:{H}"}, inputs,
                                 "o = v" if given else "o = 0",
                                 {"o": dace.Memlet(f"{state_arr}[d, b, k]")}))
@@ -214,7 +286,7 @@ def _recurrent(call, use_blas: bool):
     # 4. the final state outputs
     for out, state_arr in ((plan.yh, "hs"), (plan.yc, "cs")):
         if out:
-            parallel(mapped_tasklet(after, f"final_{state_arr}",
+            _scheduled(mapped_tasklet(after, f"final_{state_arr}",
                                     {"d": f"0:{D}", "b": f"0:{N}", "k": f"0:{H}"},
                                     {"v": dace.Memlet(f"{state_arr}[d, b, k]")}, "o = v",
                                     {"o": dace.Memlet(f"{out}[{plan.state_index()}]")}))
@@ -234,18 +306,17 @@ def _step(plan, sdfg, state, blas):
         sdfg.add_array("zs", (D, N, H), plan.dtype, transient=True)
         sdfg.add_array("hrh", (D, N, H), plan.dtype, transient=True)
         _gate_map(plan, gates, "reset", ["z", "r"], _gru_reset_code(plan),
-                  {"zo": "zs[d, b, k]", "rho": "rh[d, b, k]"})
+                  {"zo": f"zs[d, b, 0:{H}]", "rho": f"rh[d, b, 0:{H}]"})
         second = sdfg.add_state_after(gates, "candidate_gemm")
         second = _recurrent_gemm(plan, sdfg, second, "rh", "hrh", 2 * H, H, blas)
         gates = sdfg.add_state_after(second, "update")
-        _gate_map(plan, gates, "update", ["h"], _gru_update_code(plan),
-                  {"ho": "hs[d, b, k]"}, extra={"zz": "zs[d, b, k]"}, hr_array="hrh",
+        gates = _gate_map(plan, gates, "update", ["h"], _gru_update_code(plan),
+                  {"ho": f"hs[d, b, 0:{H}]"}, extra={"zz": f"zs[d, b, 0:{H}]"}, hr_array="hrh",
                   hr_offset={"h": 0})
         return gates
     code, outs = {"LSTM": _lstm_code, "GRU": _gru_code, "RNN": _rnn_code}[call.op_type](plan)
     names = {"LSTM": ["i", "o", "f", "c"], "GRU": ["z", "r", "h"], "RNN": ["i"]}[call.op_type]
-    _gate_map(plan, gates, "gates", names, code, outs)
-    return gates
+    return _gate_map(plan, gates, "gates", names, code, outs)
 
 
 def _recurrent_gemm(plan, sdfg, state, h_arr, out, row0, rows, blas):
@@ -260,89 +331,125 @@ def _recurrent_gemm(plan, sdfg, state, h_arr, out, row0, rows, blas):
 
 def _gate_map(plan, state, label, gates, code, outputs, extra=None, hr_array="hr",
               hr_offset=None):
-    """One map over (d, b, k): reads XW, the recurrent product, biases, the old state;
-    ``gates`` name the blocks of W (in order) whose projections the code reads as
-    ``x_<gate>`` (and ``r_<gate>``, ``wb_<gate>``, ``rb_<gate>``)."""
+    """Returns the last state. One map over (direction, batch entry), each a C++ loop over the hidden units that
+    the compiler vectorizes (``simd.row_loop``): reads XW, the recurrent product, the
+    biases and the old state, runs ``code`` (Python expressions of one unit) and writes
+    ``outputs`` (connector -> array, indexed [d, b, row]). ``gates`` name the blocks
+    of W whose projections the code reads as ``xv_<gate>`` (and ``r_<gate>``,
+    ``wb_<gate>``, ``rb_<gate>``)."""
     call, D, N, H, G = plan.call, plan.D, plan.N, plan.H, plan.G
     order = {"LSTM": "iofc", "GRU": "zrh", "RNN": "i"}[call.op_type]
     hr_offset = hr_offset if hr_offset is not None else {g: order.index(g) * H for g in gates}
-    inputs, lines = {}, []
+    ctype = "float" if plan.dtype == dace.float32 else "double"
+    row = f"0:{H}"
+
+    def block(g, base=0):
+        return f"d * {G} + {base + order.index(g) * H}:d * {G} + {base + order.index(g) * H + H}"
+
+    inputs, rows = {}, {}  # rows: connector -> C++ element expression in j_
     time = plan.step_time()
-    if plan.masked:
-        inputs["lens"] = dace.Memlet(f"{plan.lens}[b]")
-        lines.append(f"tt = ts if (ts >= lens or {plan.reversed} == 0) else lens - 1 - ts")
-        span = f"0:{plan.S}"
     for g in gates:
-        col = f"d * {G} + {order.index(g) * H} + k"
-        if plan.masked:
-            inputs[f"x_{g}"] = dace.Memlet(plan.xw(span, col), dynamic=True)
-            lines.append(f"xv_{g} = x_{g}[tt]")
+        if plan.masked:  # every time step of this (b, gate) row; tt picks one
+            inputs[f"x_{g}"] = dace.Memlet(plan.xw(f"0:{plan.S}", block(g)), dynamic=True)
+            rows[f"x_{g}"] = f"x_{g}[tt * {plan.xw_time_stride()} + j_]"
         else:
-            inputs[f"x_{g}"] = dace.Memlet(plan.xw(time, col))
-            lines.append(f"xv_{g} = x_{g}")
+            inputs[f"x_{g}"] = dace.Memlet(plan.xw(time, block(g)))
         if g in hr_offset:
             inputs[f"r_{g}"] = dace.Memlet(
-                f"{hr_array}[d, b, {hr_offset[g]} + k]")
+                f"{hr_array}[d, b, {hr_offset[g]}:{hr_offset[g] + H}]")
         if plan.b:
-            inputs[f"wb_{g}"] = dace.Memlet(f"{plan.b}[d, {order.index(g) * H} + k]")
-            inputs[f"rb_{g}"] = dace.Memlet(f"{plan.b}[d, {G + order.index(g) * H} + k]")
+            at = order.index(g) * H
+            inputs[f"wb_{g}"] = dace.Memlet(f"{plan.b}[d, {at}:{at + H}]")
+            inputs[f"rb_{g}"] = dace.Memlet(f"{plan.b}[d, {G + at}:{G + at + H}]")
     for name, text in (extra or {}).items():
         inputs[name] = dace.Memlet(text)
-    inputs["hp"] = dace.Memlet("hs[d, b, k]")
+    inputs["hp"] = dace.Memlet(f"hs[d, b, {row}]")
     if call.op_type == "LSTM" and "c" in gates:
-        inputs["cp"] = dace.Memlet("cs[d, b, k]")
+        inputs["cp"] = dace.Memlet(f"cs[d, b, {row}]")
         if plan.p:
             for n, g in enumerate("iof"):
-                inputs[f"p_{g}"] = dace.Memlet(f"{plan.p}[d, {n * H} + k]")
+                inputs[f"p_{g}"] = dace.Memlet(f"{plan.p}[d, {n * H}:{n * H + H}]")
     out_memlets = {name: dace.Memlet(text) for name, text in outputs.items()}
-    body = code(inputs)
-    if plan.y and "ho" in outputs:
-        if plan.masked:
-            out_memlets["yo"] = dace.Memlet(plan.y_at(span), dynamic=True)
-        else:
-            out_memlets["yo"] = dace.Memlet(plan.y_at(time))
-    if plan.masked:
+    lines = [f"xv_{g} = x_{g}" for g in gates] + "\n".join(code(inputs)).split("\n")
+    names = {c: rows.get(c, f"{c}[j_]") for c in list(inputs) + list(out_memlets)}
+    pairs = [(names.get(t, t), substitute(e, names))
+             for t, e in (line.split(" = ", 1) for line in lines)]
+    cpp = row_loop(pairs, ctype, H, outputs=set(out_memlets))
+    if plan.masked:  # past its length a batch entry keeps its state and gets Y = 0
+        inputs["lens"] = dace.Memlet(f"{plan.lens}[b]")
         kept = {"ho": "hp", "co": "cp", "zo": "0", "rho": "0"}
-        held = [f"{o} = {kept[o]}" for o in outputs if o in kept]
-        if "yo" in out_memlets:
-            held.append("yo[tt] = 0")
-            body.append("yo[tt] = hv")
-        lines.append("if ts < lens:")
-        lines += ["    " + line for line in body]
-        lines.append("else:")
-        lines += ["    " + line for line in held or ["pass"]]
+        held = row_loop([(names[o], substitute(kept[o], names)) for o in out_memlets],
+                        ctype, H, outputs=set(out_memlets))
+        tt = f"(ts >= lens || {plan.reversed} == 0) ? ts : lens - 1 - ts"
+        cpp = (f"const long long tt = {tt};\nif (ts < lens) {{\n{cpp}\n}} else {{\n{held}\n}}")
+    tasklet, entry, _ = mapped_tasklet(state, label, {"d": f"0:{D}", "b": f"0:{N}"}, inputs,
+                                       cpp, out_memlets, language=dace.Language.CPP)
+    tasklet.code_global = dace.properties.CodeBlock(SIMD_MATH, dace.Language.CPP)
+    if D * N * H < PARALLEL_MIN_ELEMENTS:
+        entry.map.schedule = dace.ScheduleType.Sequential
     else:
-        lines += body
-        if "yo" in out_memlets:
-            lines.append("yo = hv")
-    parallel(mapped_tasklet(state, label, {"d": f"0:{D}", "b": f"0:{N}", "k": f"0:{H}"}, inputs,
-                            "\n".join(lines), out_memlets))
+        entry.map.collapse = 2
+    if plan.y and "ho" in outputs:
+        state = state.parent_graph.add_state_after(state, "y")
+        _write_y(plan, state)
+    return state
+
+
+def _write_y(plan, state):
+    """Y at this step's time index: the new state, or 0 past a batch entry's length.
+    Its own map (a Python tasklet) so that DaCe drops it where Y is never read; a dead
+    output of the C++ gate kernel would leave it writing through an unset pointer."""
+    D, N, H = plan.D, plan.N, plan.H
+    inputs = {"v": dace.Memlet("hs[d, b, k]")}
+    y = plan.y_at(plan.step_time()).replace(f"0:{H}]", "k]")
+    if not plan.masked:
+        _scheduled(mapped_tasklet(state, "y", {"d": f"0:{D}", "b": f"0:{N}", "k": f"0:{H}"},
+                                  inputs, "o = v", {"o": dace.Memlet(y)}))
+        return
+    inputs["lens"] = dace.Memlet(f"{plan.lens}[b]")
+    y = plan.y_at(f"0:{plan.S}").replace(f"0:{H}]", "k]")
+    code = (f"tt = ts if (ts >= lens or {plan.reversed} == 0) else lens - 1 - ts\n"
+            "o[tt] = v if ts < lens else 0")
+    _scheduled(mapped_tasklet(state, "y", {"d": f"0:{D}", "b": f"0:{N}", "k": f"0:{H}"},
+                              inputs, code, {"o": dace.Memlet(y, dynamic=True)}))
+
+
+def _scheduled(mapped):
+    """A ``mapped_tasklet`` result: parallel over all its parameters when it is large
+    enough, else sequential (PARALLEL_MIN_ELEMENTS)."""
+    _, entry, _ = mapped
+    if entry.map.range.num_elements_exact() < PARALLEL_MIN_ELEMENTS:
+        entry.map.schedule = dace.ScheduleType.Sequential
+        return mapped
+    return parallel(mapped)
 
 
 def _pre(plan, inputs, g, extra="") -> str:
-    """The pre-activation of gate ``g`` (clipped when ``clip`` is set) as code lines."""
+    """The pre-activation ``a_<g>`` of gate ``g`` (clipped when ``clip`` is set)."""
     terms = [f"xv_{g}"] + [f"{p}_{g}" for p in ("r", "wb", "rb") if f"{p}_{g}" in inputs]
-    line = f"a_{g} = {' + '.join(terms)}{extra}"
+    return f"s_{g} = {' + '.join(terms)}{extra}\n" + _clip(plan, f"s_{g}", f"a_{g}")
+
+
+def _clip(plan, src: str, dst: str) -> str:
     if plan.clip is None:
-        return line
-    c = plan.clip
-    return f"{line}\na_{g} = ({-c!r} if a_{g} < {-c!r} else ({c!r} if a_{g} > {c!r} else a_{g}))"
+        return f"{dst} = {src}"
+    return clamp(src, dst, plan.clip, lambda v: f"dace.{plan.dtype.to_string()}({v!r})")
 
 
 def _lstm_code(plan):
     def code(inputs):
         peep = {g: f" + p_{g} * {'cv' if g == 'o' else 'cp'}" if plan.p else "" for g in "iof"}
-        lines = [_pre(plan, inputs, "i", peep["i"]), f"gi = {plan.apply(0, 'a_i')}"]
+        lines = [_pre(plan, inputs, "i", peep["i"]), plan.act(0, 'a_i', 'gi')]
         if plan.input_forget:
             lines.append("gf = 1 - gi")
         else:
-            lines += [_pre(plan, inputs, "f", peep["f"]), f"gf = {plan.apply(0, 'a_f')}"]
-        lines += [_pre(plan, inputs, "c"), f"gc = {plan.apply(1, 'a_c')}",
+            lines += [_pre(plan, inputs, "f", peep["f"]), plan.act(0, 'a_f', 'gf')]
+        lines += [_pre(plan, inputs, "c"), plan.act(1, 'a_c', 'gc'),
                   "cv = gf * cp + gi * gc",
-                  _pre(plan, inputs, "o", peep["o"]), f"go = {plan.apply(0, 'a_o')}",
-                  f"hv = go * {plan.apply(2, 'cv')}", "ho = hv", "co = cv"]
+                  _pre(plan, inputs, "o", peep["o"]), plan.act(0, 'a_o', 'go'),
+                  plan.act(2, 'cv', 'hc'), "hv = go * hc", "ho = hv", "co = cv"]
         return lines
-    return code, {"ho": "hs[d, b, k]", "co": "cs[d, b, k]"}
+    return code, {"ho": f"hs[d, b, 0:{plan.H}]", "co": f"cs[d, b, 0:{plan.H}]"}
 
 
 def _gru_code(plan):
@@ -350,19 +457,18 @@ def _gru_code(plan):
     def code(inputs):
         rb_h = " + rb_h" if "rb_h" in inputs else ""
         wb_h = " + wb_h" if "wb_h" in inputs else ""
-        lines = [_pre(plan, inputs, "z"), f"gz = {plan.apply(0, 'a_z')}",
-                 _pre(plan, inputs, "r"), f"gr = {plan.apply(0, 'a_r')}",
-                 f"a_h = xv_h + gr * (r_h{rb_h}){wb_h}"]
-        lines += _clipped(plan, "a_h")
-        lines += [f"gh = {plan.apply(1, 'a_h')}", "hv = (1 - gz) * gh + gz * hp", "ho = hv"]
+        lines = [_pre(plan, inputs, "z"), plan.act(0, 'a_z', 'gz'),
+                 _pre(plan, inputs, "r"), plan.act(0, 'a_r', 'gr'),
+                 f"s_h = xv_h + gr * (r_h{rb_h}){wb_h}", _clip(plan, "s_h", "a_h")]
+        lines += [plan.act(1, 'a_h', 'gh'), "hv = (1 - gz) * gh + gz * hp", "ho = hv"]
         return lines
-    return code, {"ho": "hs[d, b, k]"}
+    return code, {"ho": f"hs[d, b, 0:{plan.H}]"}
 
 
 def _gru_reset_code(plan):
     def code(inputs):
-        return [_pre(plan, inputs, "z"), f"gz = {plan.apply(0, 'a_z')}",
-                _pre(plan, inputs, "r"), f"gr = {plan.apply(0, 'a_r')}",
+        return [_pre(plan, inputs, "z"), plan.act(0, 'a_z', 'gz'),
+                _pre(plan, inputs, "r"), plan.act(0, 'a_r', 'gr'),
                 "zo = gz", "rho = gr * hp"]
     return code
 
@@ -370,7 +476,7 @@ def _gru_reset_code(plan):
 def _gru_update_code(plan):
     """h~ = g(x_h + (r * H) @ Rh^T + Rbh + Wbh)."""
     def code(inputs):
-        lines = [_pre(plan, inputs, "h"), f"gh = {plan.apply(1, 'a_h')}",
+        lines = [_pre(plan, inputs, "h"), plan.act(1, 'a_h', 'gh'),
                  "hv = (1 - zz) * gh + zz * hp", "ho = hv"]
         return lines
     return code
@@ -378,26 +484,19 @@ def _gru_update_code(plan):
 
 def _rnn_code(plan):
     def code(inputs):
-        return [_pre(plan, inputs, "i"), f"hv = {plan.apply(0, 'a_i')}", "ho = hv"]
-    return code, {"ho": "hs[d, b, k]"}
-
-
-def _clipped(plan, var):
-    if plan.clip is None:
-        return []
-    c = plan.clip
-    return [f"{var} = ({-c!r} if {var} < {-c!r} else ({c!r} if {var} > {c!r} else {var}))"]
+        return [_pre(plan, inputs, "i"), plan.act(0, 'a_i', 'hv'), "ho = hv"]
+    return code, {"ho": f"hs[d, b, 0:{plan.H}]"}
 
 
 def _map_gemm(sdfg, state, label, ranges, a, b, out, K):
     """out = sum over j < K of a * b: a zero fill in ``state``, then a map with a
     sequential reduction in a new state after it, which is returned."""
-    parallel(mapped_tasklet(state, f"{label}_zero", ranges, {}, "o = 0",
+    _scheduled(mapped_tasklet(state, f"{label}_zero", ranges, {}, "o = 0",
                             {"o": dace.Memlet(out)}))
     state = sdfg.add_state_after(state, label)
-    mapped_reduction(state, label, ranges, {"j": f"0:{K}"},
+    _scheduled(mapped_reduction(state, label, ranges, {"j": f"0:{K}"},
                      {"x": dace.Memlet(a), "w": dace.Memlet(b)}, "c = x * w",
-                     {"c": dace.Memlet(out, wcr=_SUM)})
+                     {"c": dace.Memlet(out, wcr=_SUM)}))
     return state
 
 
