@@ -34,6 +34,9 @@ from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
 from workbench.ops.simd import SIMD_MATH, row_loop, substitute
 
 _SUM = "lambda p, q: p + q"
+# Up to this many batch rows the recurrent product is a vectorized loop over R^T
+# rather than a BLAS call (see _recurrent_gemm).
+ROW_KERNEL_MAX_BATCH = 16
 # Below this many elements a map runs on one thread: a step of a small recurrent layer
 # is a few microseconds of work, less than what waking the OpenMP team costs (and on
 # a busy machine one descheduled thread stalls every step).
@@ -278,6 +281,13 @@ def _recurrent(call, use_blas: bool):
                   f"{plan.x}[r0, r1, j]", f"{plan.w}[n, j]", "xw[r0, r1, n]", I)
 
     # 3. the time loop: per step the recurrent GEMM(s), then the gates fused in one map
+    if uses_row_kernel(plan, blas):  # R^T, once: rows of the recurrent product
+        sdfg.add_array("rt", (D, H, G), dt, transient=True)
+        project = sdfg.add_state_after(project, "transpose_r")
+        _scheduled(mapped_tasklet(project, "transpose_r",
+                                  {"d": f"0:{D}", "j": f"0:{H}", "n": f"0:{G}"},
+                                  {"v": dace.Memlet(f"{plan.r}[d, n, j]")}, "o = v",
+                                  {"o": dace.Memlet("rt[d, j, n]")}))
     first = sdfg.add_state("step")
     last = _step(plan, sdfg, first, blas)
     after = sdfg.add_state("final")
@@ -320,13 +330,38 @@ def _step(plan, sdfg, state, blas):
 
 
 def _recurrent_gemm(plan, sdfg, state, h_arr, out, row0, rows, blas):
-    """out[d, b, n] = sum_j h[d, b, j] * R[d, row0 + n, j]; returns the last state."""
+    """out[d, b, n] = sum_j h[d, b, j] * R[d, row0 + n, j]; returns the last state.
+
+    A few batch rows: a C++ loop per (d, b) adding h[j] * R^T[j, :] rows (``rt``,
+    transposed once before the time loop), vectorized over n. A BLAS call would pack
+    R again at every step (OpenBLAS's copy took as long as its kernel); onnxruntime
+    packs its weights once. Many rows: one GEMM per direction (BLAS)."""
     D, N, H, G = plan.D, plan.N, plan.H, plan.G
-    if blas:
+    if blas and N > ROW_KERNEL_MAX_BATCH:
         return _blas_gemm(sdfg, state, f"{out}_gemm", (h_arr, plan.r), out, N, rows, H,
-                   [(d * N * H, d * G * H + row0 * H, d * N * rows) for d in range(D)], blas)
-    return _map_gemm(sdfg, state, f"{out}_gemm", {"d": f"0:{D}", "b": f"0:{N}", "n": f"0:{rows}"},
-                  f"{h_arr}[d, b, j]", f"{plan.r}[d, {row0} + n, j]", f"{out}[d, b, n]", H)
+                          [(d * N * H, d * G * H + row0 * H, d * N * rows) for d in range(D)],
+                          blas)
+    ctype = "float" if plan.dtype == dace.float32 else "double"
+    code = (f"for (int n_ = 0; n_ < {rows}; ++n_) o[n_] = 0;\n"
+            f"for (int j_ = 0; j_ < {H}; ++j_) {{\n"
+            f"    const {ctype} hj = h[j_];\n"
+            f"    #pragma omp simd\n"
+            f"    for (int n_ = 0; n_ < {rows}; ++n_) o[n_] += hj * rt[j_ * {G} + {row0} + n_];\n"
+            f"}}")
+    _, entry, _ = mapped_tasklet(state, f"{out}_rows", {"d": f"0:{D}", "b": f"0:{N}"},
+                                 {"h": dace.Memlet(f"{h_arr}[d, b, 0:{H}]"),
+                                  "rt": dace.Memlet(f"rt[d, 0:{H}, 0:{G}]")}, code,
+                                 {"o": dace.Memlet(f"{out}[d, b, 0:{rows}]")},
+                                 language=dace.Language.CPP)
+    if D * N * rows * H < PARALLEL_MIN_ELEMENTS * 8:
+        entry.map.schedule = dace.ScheduleType.Sequential
+    else:
+        entry.map.collapse = 2
+    return state
+
+
+def uses_row_kernel(plan, blas) -> bool:
+    return not (blas and plan.N > ROW_KERNEL_MAX_BATCH)
 
 
 def _gate_map(plan, state, label, gates, code, outputs, extra=None, hr_array="hr",
