@@ -16,7 +16,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import workbench
-from onnx_helpers import assert_matches_onnxruntime, onnx_ops, set_implementation
+from onnx_helpers import assert_matches_onnxruntime, onnx_ops
 from workbench.errors import UnsupportedCaseError
 
 EXPORTS = Path(__file__).resolve().parent / "exports"

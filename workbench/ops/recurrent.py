@@ -6,18 +6,21 @@ The expansion is a small program of states:
 2. ``project``: ``XW = X @ W^T`` for every time step, batch entry and direction
    at once (one GEMM of ``seq * batch`` rows; BLAS in the ``blas`` expansion).
 3. a loop over the time step ``ts`` (an SDFG loop, not one node per step) whose
-   body multiplies the hidden state by ``R^T`` (per direction) and then runs one
-   map over (direction, batch, hidden unit) that computes all gates of the step
-   fused, updates the state in place and writes ``Y``. GRU without
-   ``linear_before_reset`` needs ``(r * H) @ Rh^T``, so its step has two GEMMs
-   with a map after each.
+   body multiplies the hidden state by ``R^T`` (per direction), then runs one
+   map over (direction, batch entry) whose C++ kernel computes all gates of the
+   step for a row of hidden units, vectorized, and updates the state in place;
+   a last map writes the step's ``Y``. GRU without ``linear_before_reset`` needs
+   ``(r * H) @ Rh^T``, so its step has two products with a gate map after each.
 4. ``final``: ``Y_h``/``Y_c`` from the state.
 
 Directions are a map dimension: a reverse direction reads time step
 ``S - 1 - ts``. With ``sequence_lens`` each batch entry stops at its length:
 past it the state is kept and ``Y`` is 0, and a reverse direction starts at
-``len - 1``; the time index then depends on data, so those reads and writes of
-``XW`` and ``Y`` are indexed inside the tasklet (dynamic memlets).
+``len - 1``; the time index then depends on data, so those reads of ``XW`` and
+writes of ``Y`` are indexed inside the tasklets (dynamic memlets).
+
+Activations follow onnxruntime's reading of the spec (``activation_alpha`` and
+``activation_beta`` consumed in order by the functions that take them).
 """
 import math
 import re
@@ -41,6 +44,7 @@ ROW_KERNEL_MAX_BATCH = 16
 # is a few microseconds of work, less than what waking the OpenMP team costs (and on
 # a busy machine one descheduled thread stalls every step).
 PARALLEL_MIN_ELEMENTS = 8192
+COPY_FACTOR = 16
 _BLAS = {dace.float32: ("s", "float"), dace.float64: ("d", "double")}
 
 # Activation functions the spec lists: (expression of a variable {x}, default alpha, beta).
@@ -261,24 +265,24 @@ def _recurrent(call, use_blas: bool):
         raise call.fail(f"an empty dimension (seq {S}, batch {N}, hidden {H})")
 
     # 1. the state from initial_h / initial_c, or zero
+    units = {"d": f"0:{D}", "b": f"0:{N}", "k": f"0:{H}"}
     for state_arr, given in (("hs", plan.h0), ("cs", plan.c0)):
         if state_arr not in sdfg.arrays:
             continue
         inputs = {"v": dace.Memlet(f"{given}[{plan.state_index()}]")} if given else {}
-        _scheduled(mapped_tasklet(init, f"init_{state_arr}",
-                                {"d": f"0:{D}", "b": f"0:{N}", "k": f"0:{H}"}, inputs,
-                                "o = v" if given else "o = 0",
-                                {"o": dace.Memlet(f"{state_arr}[d, b, k]")}))
+        _scheduled(mapped_tasklet(init, f"init_{state_arr}", units, inputs,
+                                  "o = v" if given else "o = 0",
+                                  {"o": dace.Memlet(f"{state_arr}[d, b, k]")}), copy=True)
 
     # 2. the input projection of every time step: one GEMM
     project = sdfg.add_state_after(init, "project")
     if blas:
-        project = _blas_gemm(sdfg, project, "project", (plan.x, plan.w), "xw", math.prod(rows), D * G, I,
-                   [(0, 0, 0)], blas)
+        project = _blas_gemm(sdfg, project, "project", (plan.x, plan.w), "xw",
+                             math.prod(rows), D * G, I, [(0, 0, 0)], blas)
     else:
-        project = _map_gemm(sdfg, project, "project", {"r0": f"0:{rows[0]}", "r1": f"0:{rows[1]}",
-                                             "n": f"0:{D * G}"},
-                  f"{plan.x}[r0, r1, j]", f"{plan.w}[n, j]", "xw[r0, r1, n]", I)
+        project = _map_gemm(sdfg, project, "project",
+                            {"r0": f"0:{rows[0]}", "r1": f"0:{rows[1]}", "n": f"0:{D * G}"},
+                            f"{plan.x}[r0, r1, j]", f"{plan.w}[n, j]", "xw[r0, r1, n]", I)
 
     # 3. the time loop: per step the recurrent GEMM(s), then the gates fused in one map
     if uses_row_kernel(plan, blas):  # R^T, once: rows of the recurrent product
@@ -287,7 +291,7 @@ def _recurrent(call, use_blas: bool):
         _scheduled(mapped_tasklet(project, "transpose_r",
                                   {"d": f"0:{D}", "j": f"0:{H}", "n": f"0:{G}"},
                                   {"v": dace.Memlet(f"{plan.r}[d, n, j]")}, "o = v",
-                                  {"o": dace.Memlet("rt[d, j, n]")}))
+                                  {"o": dace.Memlet("rt[d, j, n]")}), copy=True)
     first = sdfg.add_state("step")
     last = _step(plan, sdfg, first, blas)
     after = sdfg.add_state("final")
@@ -296,10 +300,10 @@ def _recurrent(call, use_blas: bool):
     # 4. the final state outputs
     for out, state_arr in ((plan.yh, "hs"), (plan.yc, "cs")):
         if out:
-            _scheduled(mapped_tasklet(after, f"final_{state_arr}",
-                                    {"d": f"0:{D}", "b": f"0:{N}", "k": f"0:{H}"},
-                                    {"v": dace.Memlet(f"{state_arr}[d, b, k]")}, "o = v",
-                                    {"o": dace.Memlet(f"{out}[{plan.state_index()}]")}))
+            _scheduled(mapped_tasklet(after, f"final_{state_arr}", units,
+                                      {"v": dace.Memlet(f"{state_arr}[d, b, k]")}, "o = v",
+                                      {"o": dace.Memlet(f"{out}[{plan.state_index()}]")}),
+                       copy=True)
     return sdfg
 
 
@@ -366,9 +370,9 @@ def uses_row_kernel(plan, blas) -> bool:
 
 def _gate_map(plan, state, label, gates, code, outputs, extra=None, hr_array="hr",
               hr_offset=None):
-    """Returns the last state. One map over (direction, batch entry), each a C++ loop over the hidden units that
-    the compiler vectorizes (``simd.row_loop``): reads XW, the recurrent product, the
-    biases and the old state, runs ``code`` (Python expressions of one unit) and writes
+    """One map over (direction, batch entry), each a C++ loop over the hidden units
+    that the compiler vectorizes (``simd.row_loop``): reads XW, the recurrent product,
+    the biases and the old state, runs ``code`` (Python expressions of one unit), writes
     ``outputs`` (connector -> array, indexed [d, b, row]). ``gates`` name the blocks
     of W whose projections the code reads as ``xv_<gate>`` (and ``r_<gate>``,
     ``wb_<gate>``, ``rb_<gate>``)."""
@@ -439,21 +443,23 @@ def _write_y(plan, state):
     y = plan.y_at(plan.step_time()).replace(f"0:{H}]", "k]")
     if not plan.masked:
         _scheduled(mapped_tasklet(state, "y", {"d": f"0:{D}", "b": f"0:{N}", "k": f"0:{H}"},
-                                  inputs, "o = v", {"o": dace.Memlet(y)}))
+                                  inputs, "o = v", {"o": dace.Memlet(y)}), copy=True)
         return
     inputs["lens"] = dace.Memlet(f"{plan.lens}[b]")
     y = plan.y_at(f"0:{plan.S}").replace(f"0:{H}]", "k]")
     code = (f"tt = ts if (ts >= lens or {plan.reversed} == 0) else lens - 1 - ts\n"
             "o[tt] = v if ts < lens else 0")
     _scheduled(mapped_tasklet(state, "y", {"d": f"0:{D}", "b": f"0:{N}", "k": f"0:{H}"},
-                              inputs, code, {"o": dace.Memlet(y, dynamic=True)}))
+                              inputs, code, {"o": dace.Memlet(y, dynamic=True)}), copy=True)
 
 
-def _scheduled(mapped):
+def _scheduled(mapped, copy: bool = False):
     """A ``mapped_tasklet`` result: parallel over all its parameters when it is large
-    enough, else sequential (PARALLEL_MIN_ELEMENTS)."""
+    enough, else sequential (PARALLEL_MIN_ELEMENTS; a copy, which costs less per
+    element than a parallel region's start, needs COPY_FACTOR times more)."""
     _, entry, _ = mapped
-    if entry.map.range.num_elements_exact() < PARALLEL_MIN_ELEMENTS:
+    least = PARALLEL_MIN_ELEMENTS * (COPY_FACTOR if copy else 1)
+    if entry.map.range.num_elements_exact() < least:
         entry.map.schedule = dace.ScheduleType.Sequential
         return mapped
     return parallel(mapped)
