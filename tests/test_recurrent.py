@@ -212,3 +212,17 @@ def test_export_matches_onnxruntime(name, recipe):
     assert report.match, report.text()
     assert report.worst().max_rel_err < 1e-4, report.text()
     assert {n.op_type for n in onnx_ops(ws.sdfg)} >= ({"LSTM"} if "lstm" in name else {"GRU"})
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_float64(implementation):
+    """double: exact libm activations and cblas_dgemm. onnxruntime has no double LSTM, so
+    this compares with onnx.reference, which ignores clip and sequence_lens: none here."""
+    rng = np.random.default_rng(7)
+    for op in ("LSTM", "GRU"):
+        feeds, weights, names = _layer(op, rng, D=2, initial=True)
+        feeds = {k: v.astype(np.float64) for k, v in feeds.items()}
+        weights = {k: v.astype(np.float64) for k, v in weights.items()}
+        model = rnn_model(op, {"hidden_size": 6, "direction": "bidirectional"}, feeds, weights,
+                          names, _outputs(op))
+        assert_matches_onnxruntime(model, feeds, implementation=implementation)
