@@ -226,3 +226,13 @@ def test_float64(implementation):
         model = rnn_model(op, {"hidden_size": 6, "direction": "bidirectional"}, feeds, weights,
                           names, _outputs(op))
         assert_matches_onnxruntime(model, feeds, implementation=implementation)
+
+
+@pytest.mark.parametrize("op", list(GATES))
+def test_zero_length_entry_has_zero_final_state(op):
+    """onnxruntime gives Y_h (and Y_c) 0 for a batch entry of length 0, not initial_h."""
+    rng = np.random.default_rng(8)
+    feeds, weights, names = _layer(op, rng, D=2, lens=[5, 0, 2], initial=True)
+    model = rnn_model(op, {"hidden_size": 6, "direction": "bidirectional"}, feeds, weights,
+                      names, _outputs(op))
+    assert_matches_onnxruntime(model, feeds, implementation="blas")

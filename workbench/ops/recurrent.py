@@ -297,11 +297,14 @@ def _recurrent(call, use_blas: bool):
     after = sdfg.add_state("final")
     sdfg.add_loop(project, first, after, "ts", "0", f"ts < {S}", "ts + 1", last)
 
-    # 4. the final state outputs
+    # 4. the final state outputs; a batch entry of length 0 gets 0, as onnxruntime gives
     for out, state_arr in ((plan.yh, "hs"), (plan.yc, "cs")):
         if out:
-            _scheduled(mapped_tasklet(after, f"final_{state_arr}", units,
-                                      {"v": dace.Memlet(f"{state_arr}[d, b, k]")}, "o = v",
+            inputs = {"v": dace.Memlet(f"{state_arr}[d, b, k]")}
+            if plan.masked:
+                inputs["lens"] = dace.Memlet(f"{plan.lens}[b]")
+            _scheduled(mapped_tasklet(after, f"final_{state_arr}", units, inputs,
+                                      "o = v if lens > 0 else 0" if plan.masked else "o = v",
                                       {"o": dace.Memlet(f"{out}[{plan.state_index()}]")}),
                        copy=True)
     return sdfg
