@@ -236,3 +236,19 @@ def test_zero_length_entry_has_zero_final_state(op):
     model = rnn_model(op, {"hidden_size": 6, "direction": "bidirectional"}, feeds, weights,
                       names, _outputs(op))
     assert_matches_onnxruntime(model, feeds, implementation="blas")
+
+
+def test_data_movement_shows_the_projection_buffer():
+    """The node's figure is its edges plus its own buffers (XW of every step, R^T, the
+    state), each once: the projection buffer dominates a long sequence."""
+    rng = np.random.default_rng(9)
+    S, N, I, H, D = 20, 2, 4, 6, 2
+    feeds, weights, names = _layer("LSTM", rng, S=S, N=N, I=I, H=H, D=D)
+    model = rnn_model("LSTM", {"hidden_size": H, "direction": "bidirectional"}, feeds,
+                      weights, names, _outputs("LSTM"))
+    ws = workbench.open(model)
+    moved = ws.data_movement().per_operator["lstm_node"]
+    edges = 4 * (S * N * I + D * 4 * H * (I + H) + D * 8 * H            # X, W, R, B
+                 + S * D * N * H + 2 * D * N * H)                        # Y, Y_h, Y_c
+    xw = 4 * S * N * D * 4 * H
+    assert edges + 2 * xw <= moved < edges + 3 * xw

@@ -33,7 +33,7 @@ from workbench.ops.accumulate import mapped_reduction, parallel
 from workbench.ops.layout_ops import _ENVIRONMENTS, _environment
 from workbench.ops.library_tasklet import library_tasklet
 from workbench.ops.reduce import refuse_float16
-from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
+from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet, moves_inside
 from workbench.ops.simd import SIMD_MATH, row_loop, substitute
 
 _SUM = "lambda p, q: p + q"
@@ -564,3 +564,20 @@ def recurrent_pure(call):
 @implements("LSTM", "GRU", "RNN", impl="blas")
 def recurrent_blas(call):
     return _recurrent(call, use_blas=True)
+
+
+@moves_inside("LSTM", "GRU", "RNN", impl="pure")
+@moves_inside("LSTM", "GRU", "RNN", impl="blas")
+def buffer_bytes(call) -> int:
+    """The expansion's own buffers, each written and read once (the data-movement rule:
+    what is moved, not how often the loop re-reads it): the projection XW of every
+    step, R^T for the row kernel, the recurrent products and the state."""
+    plan = Plan(call)
+    S, N, D, H, G = plan.S, plan.N, plan.D, plan.H, plan.G
+    elements = S * N * D * G + D * N * G + D * N * H * (2 if call.op_type == "LSTM" else 1)
+    if call.op_type == "GRU" and not plan.before_reset:
+        elements += 3 * D * N * H  # r * H, z and (r * H) @ Rh^T
+    if call.node.implementation == "pure" or N <= ROW_KERNEL_MAX_BATCH:
+        elements += D * H * G
+    return 2 * elements * plan.dtype.bytes
+
