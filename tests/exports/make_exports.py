@@ -5,7 +5,9 @@
 
 Each architecture is written the way torchvision / HuggingFace write it (the
 same module structure, the same tensor plumbing in ``forward``: see
-``vision_models.py``, ``text_models.py``, ``unet_densenet.py``). The fixtures
+``vision_models.py``, ``text_models.py``, ``unet_densenet.py``; the recurrent
+``lstm_tagger`` and ``gru_classifier`` in ``recurrent_models.py``, token ids in
+with dynamic batch and sequence, have no full-size versions). The fixtures
 are narrower, shallower and at a lower resolution so that every ``.onnx`` file
 stays small; ``--full`` writes the same classes at their published sizes
 (ResNet-18, MobileNetV2, EfficientNet-B0, SqueezeNet 1.1, ViT-tiny, BERT-tiny,
