@@ -95,6 +95,8 @@ MODELS = [
     _export("resnet_fp16", "ResNet, narrowed, 64x64, exported in float16", {"batch": 1}),
     _export("bert_fp16", "BERT (HuggingFace), two layers, 16 tokens, exported in float16",
             _TEXT),
+    _export("lstm_tagger", "LSTM tagger (embedding, two-layer LSTM, Linear), 16 tokens", _TEXT),
+    _export("gru_classifier", "bidirectional GRU classifier, 16 tokens", _TEXT),
     _full("resnet", "ResNet-18, 224x224", {"batch": 1}),
     _full("mobilenetv2", "MobileNetV2, 224x224"),
     _full("efficientnet_b0", "EfficientNet-B0, 224x224"),

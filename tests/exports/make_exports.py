@@ -5,7 +5,9 @@
 
 Each architecture is written the way torchvision / HuggingFace write it (the
 same module structure, the same tensor plumbing in ``forward``: see
-``vision_models.py``, ``text_models.py``, ``unet_densenet.py``). The fixtures
+``vision_models.py``, ``text_models.py``, ``unet_densenet.py``; the recurrent
+``lstm_tagger`` and ``gru_classifier`` in ``recurrent_models.py``, token ids in
+with dynamic batch and sequence, have no full-size versions). The fixtures
 are narrower, shallower and at a lower resolution so that every ``.onnx`` file
 stays small; ``--full`` writes the same classes at their published sizes
 (ResNet-18, MobileNetV2, EfficientNet-B0, SqueezeNet 1.1, ViT-tiny, BERT-tiny,
@@ -35,6 +37,7 @@ from torch import nn
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # run as a script: the model files, sdfg_models
 
+from recurrent_models import GRUClassifier, LSTMTagger  # noqa: E402
 from text_models import GPT2, Bert  # noqa: E402
 from unet_densenet import DenseNet, UNet  # noqa: E402
 from vision_models import (EfficientNetB0, MobileNetV2, ResNet, SqueezeNet,  # noqa: E402
@@ -92,6 +95,12 @@ def _gpt2(vocab=128, layers=1, attention_mask=False, **config):
                   {n: _TEXT_AXES for n in names})
 
 
+def _tokens(make, sequence=16):
+    """Token ids [batch, sequence] with dynamic axes, as text models are exported."""
+    return Export(make, lambda: (torch.randint(0, 100, (1, sequence)),), ["input_ids"],
+                  ["logits"], {"input_ids": _TEXT_AXES})
+
+
 SMALL = {
     "resnet": _image(ResNet, 64, batch_axis=True),
     "mobilenetv2": _image(MobileNetV2, 64),
@@ -104,6 +113,8 @@ SMALL = {
     "densenet": _image(DenseNet, 32),
     "resnet_fp16": _image(ResNet, 64, batch_axis=True)._replace(half=True),
     "bert_fp16": _bert()._replace(half=True),
+    "lstm_tagger": _tokens(LSTMTagger),
+    "gru_classifier": _tokens(GRUClassifier),
 }
 
 FULL = {
