@@ -11,7 +11,8 @@ from collections import defaultdict
 CLASSES = ("tensor contraction", "normalization", "element-wise", "data layout")
 
 CONTRACTIONS = {"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "Attention",
-                "MatMulInteger", "GemmEpilogue", "ConvEpilogue", "FusedGemm", "MatMulStrided"}
+                "MatMulInteger", "GemmEpilogue", "ConvEpilogue", "FusedGemm", "MatMulStrided",
+                "LSTM", "GRU", "RNN"}
 NORMALIZATIONS = {"Softmax", "LogSoftmax", "Hardmax", "LayerNormalization",
                   "BatchNormalization", "InstanceNormalization", "GroupNormalization",
                   "RMSNormalization", "MeanVarianceNormalization", "LpNormalization",

@@ -17,6 +17,9 @@ PER_ELEMENT = {
 }
 PER_INPUT_ELEMENT = {"Softmax": 5, "LogSoftmax": 5, "LayerNormalization": 8,
                      "GlobalAveragePool": 1, "GlobalMaxPool": 1, "BatchNormalization": 2}
+# FLOPs per hidden unit and step for the gates of a recurrent layer (activations,
+# biases, the state update), beyond its two products.
+RECURRENT_GATES = {"LSTM": 24, "GRU": 20, "RNN": 4}
 DATA_MOVEMENT = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Gather",
                  "Identity", "Dropout", "Slice", "Split", "Expand", "Tile", "Cast"}
 
@@ -50,6 +53,13 @@ def node_flops(node: OnnxOp, state) -> int:
         w = ins[conns[1]]
         per_out = math.prod(w[1:])  # input channels per group x kernel
         return 2 * per_out * out_elems
+    if op in RECURRENT_GATES:  # X @ W^T and H @ R^T for every step, then the gates
+        x, w, r = ins[conns[0]], ins[conns[1]], ins[conns[2]]
+        steps = x[0] * x[1]  # seq * batch in either layout
+        directions, gate_rows, inputs = w
+        hidden = r[2]
+        return (2 * steps * directions * gate_rows * (inputs + hidden)
+                + RECURRENT_GATES[op] * steps * directions * hidden)
     if op in PER_ELEMENT:
         return PER_ELEMENT[op] * out_elems
     if op in PER_INPUT_ELEMENT:
