@@ -142,3 +142,26 @@ def dynamic_quantize_linear(call):
                              "z": dace.Memlet(f"{y_zero}{scalar}")},
                             code, {"o": dace.Memlet(f"{y}[{every}]")}))
     return sdfg
+
+
+def dequantize_numpy(attrs: dict, x, scale, zero_point=None) -> list:
+    """DequantizeLinear on constants, for folding at import: ``onnx.reference`` (1.23) has
+    no DequantizeLinear before opset 19, where quantization tools' weights sit. Same
+    per tensor / per axis / blocked rules and float32 product as the kernel above."""
+    x = np.asarray(x)
+    scale = np.asarray(scale)
+    axis = int(attrs.get("axis", 1)) % max(x.ndim, 1)
+    block = int(attrs.get("block_size", 0) or 0)
+
+    def spread(v):
+        v = np.asarray(v)
+        if block > 0:
+            return np.repeat(v, block, axis=axis)[tuple(
+                slice(0, n) if d == axis else slice(None) for d, n in enumerate(x.shape))]
+        if v.size == 1 or x.ndim <= 1:
+            return v.reshape(()) if v.size == 1 else v
+        return v.reshape([n if d == axis else 1 for d, n in enumerate(x.shape)])
+
+    shifted = x.astype(np.int64) - (0 if zero_point is None else spread(zero_point).astype(np.int64))
+    out_type = np.float64 if scale.dtype == np.float64 else np.float32
+    return [(shifted.astype(out_type) * spread(scale).astype(out_type)).astype(out_type)]
