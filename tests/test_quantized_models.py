@@ -6,6 +6,8 @@ onnxruntime's dequantization is the same single float product, so anything short
 equality is a wrong answer. The fixtures (``tests/exports/quantized_models.py``)
 match onnxruntime at the default tolerance, with and without the ``auto`` recipe.
 """
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -32,13 +34,16 @@ def test_quantize_rounds_half_to_even_and_saturates():
 
 
 def test_quantize_divides_rather_than_multiplying_by_the_reciprocal():
-    # 0.3 / 0.1 rounds to 3 in float32 division but 2.9999998 * ... would differ: values
-    # chosen where x * (1/s) and x / s land on different sides of a .5
-    rng = np.random.default_rng(3)
-    s = np.array(0.1, np.float32)
-    x = ((rng.integers(-1000, 1000, 4000) + 0.5) * s).astype(np.float32)
+    # floats next to (k + 0.5) * s: for about 1 in 18 of them x / s and x * (1 / s) round
+    # to different integers in float32, and the spec (and onnxruntime) divide
+    s = np.float32(0.1)
+    ties = ((np.arange(-3000, 3000) + 0.5) * s).astype(np.float32)
+    x = np.concatenate([np.nextafter(ties, np.float32(np.inf)),
+                        np.nextafter(ties, np.float32(-np.inf)), ties])
+    assert (np.rint(x / s) != np.rint(x * (np.float32(1) / s))).sum() > 500
     model = single_node_model("QuantizeLinear", {"x": x},
-                              initializers={"s": s, "z": np.array(0, np.int16)}, opset=21)
+                              initializers={"s": np.array(s), "z": np.array(0, np.int16)},
+                              opset=21)
     assert_matches_onnxruntime(model, {"x": x}, **EXACT)
 
 
@@ -104,7 +109,8 @@ def test_dynamic_quantize_then_matmul_integer_as_quantize_dynamic_writes_it():
              helper.make_node("Mul", ["qs", "ws"], ["scale"]),
              helper.make_node("Mul", ["accf", "scale"], ["y"])]
     graph = helper.make_graph(
-        nodes, "dynamic_matmul", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 32])],
+        nodes, "dynamic_matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 32])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8, 16])],
         initializer=[numpy_helper.from_array(w, "w"),
                      numpy_helper.from_array(np.array(3, np.int8), "wz"),
@@ -157,3 +163,26 @@ def test_dequantize_numpy_folding_kernel_matches_onnxruntime(attrs, scale_shape)
     (got,) = dequantize_numpy(attrs, x, scale, zero)
     assert got.dtype == want.dtype and got.shape == want.shape
     assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("k, through_gemm", [(258, True), (259, False)])
+def test_matmul_integer_through_float_gemm_is_exact_up_to_its_bound(k, through_gemm):
+    """The worst case for the float32 GEMM: every product is 255 * 255, so the sums reach
+    k * 65025, exact below 2**24 (k <= 258); above it the int32 maps run instead. numpy's
+    int64 product is the oracle (onnxruntime's AVX2 u8s8 kernel saturates on such data)."""
+    import workbench
+    from onnx_helpers import onnx_ops
+    a = np.full((2, 3, k), 255, np.uint8)
+    a[0, 0, :7] = 0
+    b = np.full((k, 4), -128, np.int8)
+    zeros = {"az": np.array(0, np.uint8), "bz": np.array([127, 127, 127, 0], np.int8)}
+    model = single_node_model("MatMulInteger", {"a": a}, initializers={"b": b, **zeros},
+                              opset=17)
+    ws = workbench.open(model)
+    (node,) = onnx_ops(ws.sdfg)
+    assert node.implementation == "blas"
+    got = ws.run({"a": a})["y"]
+    want = a.astype(np.int64) @ (b.astype(np.int64) - zeros["bz"].astype(np.int64))
+    assert got.dtype == np.int32 and np.array_equal(got, want)
+    source = "\n".join(p.read_text() for p in Path(ws.build().folder).rglob("*.cpp"))
+    assert ("sgemm" in source) == through_gemm

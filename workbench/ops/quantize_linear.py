@@ -1,4 +1,4 @@
-"""QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear: one map each.
+"""QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear.
 
     QuantizeLinear    y = saturate(round_half_even(x / y_scale) + y_zero_point)
     DequantizeLinear  y = (x - x_zero_point) * x_scale
@@ -7,7 +7,8 @@
 
 The scale and zero point are one value (per tensor), one per index of ``axis``
 (per axis), or one per block of ``block_size`` indices along ``axis`` (blocked);
-a map over ``x`` reads the one that covers each element. The division is a
+one map over ``x`` reads the one that covers each element (DynamicQuantizeLinear
+first reduces x to its range, then runs that map). The division is a
 real division, not a product with the reciprocal, and rounds with
 ``nearbyint`` (the default rounding mode: half to even), as the spec and
 onnxruntime do. Integer element types only: float8, int4 and int2 are not
@@ -23,8 +24,9 @@ from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet, n
 _FLOATS = (dace.float32, dace.float64)
 
 
-def _saturated(code: str, dtype) -> str:
-    """``code`` clamped to ``dtype``'s range (as floats: the value is a float)."""
+def saturated(code: str, dtype) -> str:
+    """``code`` (a float) clamped to integer ``dtype``'s range: the one saturation of the
+    quantizing ops here and in quantized.py."""
     info = np.iinfo(np_dtype(dtype))
     return f"min(max({code}, {float(info.min)}), {float(info.max)})"
 
@@ -87,7 +89,7 @@ def quantize_linear(call):
         raise call.fail(f"output type {out_type} is not an integer type")
     # the connectors' own types divide in the scale's precision; float() is a double
     quotient = "nearbyint(float(x) / float(s))" if precision == 11 else "nearbyint(x / s)"
-    return _elementwise(call, f"o = {_saturated(f'{quotient} + int(z)', out_type)}", 1, 2)
+    return _elementwise(call, f"o = {saturated(f'{quotient} + int(z)', out_type)}", 1, 2)
 
 
 @implements("DequantizeLinear")
@@ -122,7 +124,7 @@ def dynamic_quantize_linear(call):
     tasklet = state.add_tasklet(
         "scale", {"__lo", "__hi"}, {"__sc", "__zp"},
         "__sc = (__hi - __lo) / 255 if __hi > __lo else 1\n"
-        f"__zp = nearbyint({_saturated('-__lo / __sc', dace.uint8)})")
+        f"__zp = nearbyint({saturated('-__lo / __sc', dace.uint8)})")
     for name in ("lo", "hi"):
         state.add_edge(state.add_read(r[name]), None, tasklet, f"__{name}",
                        dace.Memlet(f"{r[name]}[{one}]"))
@@ -135,8 +137,9 @@ def dynamic_quantize_linear(call):
     params = grouping.params()
     every = ", ".join(params)
     scalar = f"[{', '.join('0' for _ in call.shape(y_scale)) or '0'}]"
-    code = f"o = {_saturated('nearbyint(x / s) + int(z)', dace.uint8)}"
-    parallel(mapped_tasklet(state, "quantize", {p: f"0:{n}" for p, n in zip(params, grouping.shape)},
+    code = f"o = {saturated('nearbyint(x / s) + int(z)', dace.uint8)}"
+    ranges = {p: f"0:{n}" for p, n in zip(params, grouping.shape)}
+    parallel(mapped_tasklet(state, "quantize", ranges,
                             {"x": dace.Memlet(f"{x}[{every}]"),
                              "s": dace.Memlet(f"{y_scale}{scalar}"),
                              "z": dace.Memlet(f"{y_zero}{scalar}")},
@@ -162,6 +165,7 @@ def dequantize_numpy(attrs: dict, x, scale, zero_point=None) -> list:
             return v.reshape(()) if v.size == 1 else v
         return v.reshape([n if d == axis else 1 for d, n in enumerate(x.shape)])
 
-    shifted = x.astype(np.int64) - (0 if zero_point is None else spread(zero_point).astype(np.int64))
+    shift = 0 if zero_point is None else spread(zero_point).astype(np.int64)
+    shifted = x.astype(np.int64) - shift
     out_type = np.float64 if scale.dtype == np.float64 else np.float32
     return [(shifted.astype(out_type) * spread(scale).astype(out_type)).astype(out_type)]
