@@ -42,6 +42,7 @@ class ZooModel:
     about: str
     shapes: dict = field(default_factory=dict)  # input_shapes for workbench.open
     file: str = None           # the export's file stem (export and full)
+    generator: str = GENERATOR  # the script that writes an export
 
     def path(self) -> Path:
         """The ONNX file (a bundled model is written to the cache first). A full-size
@@ -63,7 +64,7 @@ class ZooModel:
         if self.kind == "bundled":
             return f"built from numpy by sdfg_models ({self.name})"
         if self.kind == "export":
-            return f"tests/exports/{self.file}.onnx (python {GENERATOR} {self.file})"
+            return f"tests/exports/{self.file}.onnx (python {self.generator} {self.file})"
         return f"{full_folder() / (self.file + '.onnx')} ({generate_command(self)})"
 
     def available(self) -> bool:
@@ -72,6 +73,10 @@ class ZooModel:
 
 def _export(name, about, shapes=None):
     return ZooModel(name, "export", about, dict(shapes or {}), name)
+
+
+def _quantized(name, about):
+    return ZooModel(name, "export", about, {}, name, "tests/exports/quantized_models.py")
 
 
 def _full(name, about, shapes=None):
@@ -97,6 +102,9 @@ MODELS = [
             _TEXT),
     _export("lstm_tagger", "LSTM tagger (embedding, two-layer LSTM, Linear), 16 tokens", _TEXT),
     _export("gru_classifier", "bidirectional GRU classifier, 16 tokens", _TEXT),
+    _quantized("resnet_qdq", "resnet quantized by onnxruntime: static QDQ int8, per channel"),
+    _quantized("bert_qdq", "bert quantized by onnxruntime: static QDQ int8, 16 tokens"),
+    _quantized("bert_dynamic", "bert quantized by onnxruntime: dynamic int8 (MatMulInteger)"),
     _full("resnet", "ResNet-18, 224x224", {"batch": 1}),
     _full("mobilenetv2", "MobileNetV2, 224x224"),
     _full("efficientnet_b0", "EfficientNet-B0, 224x224"),

@@ -27,8 +27,9 @@ from workbench.errors import InvalidGraphError
 _DATA_TYPES = set(TensorProto.DataType.values()) - {TensorProto.UNDEFINED}
 # Typed-field values per element (complex numbers are stored as pairs).
 _VALUES_PER_ELEMENT = {TensorProto.COMPLEX64: 2, TensorProto.COMPLEX128: 2}
-# Element types packed two to a byte: no simple length rule, left to onnx.
-_PACKED = {getattr(TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(TensorProto, n)}
+# Element types packed two or four to a byte: no simple length rule, left to onnx.
+_PACKED = {getattr(TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")
+           if hasattr(TensorProto, n)}
 _ATTRIBUTE_FIELDS = {
     AttributeProto.FLOAT: "f", AttributeProto.INT: "i", AttributeProto.STRING: "s",
     AttributeProto.TENSOR: "t", AttributeProto.GRAPH: "g",

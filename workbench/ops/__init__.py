@@ -3,7 +3,8 @@ from workbench.ops import conv, elementwise, linalg, movement, normalization  # 
 from workbench.ops import conv_onednn, pool_onednn  # noqa: F401 (register)
 from workbench.ops import cast, logic  # noqa: F401 (register)
 from workbench.ops import along_axis, reduce  # noqa: F401 (register)
-from workbench.ops import attention, pool, quantized, recurrent, resize  # noqa: F401 (register)
+from workbench.ops import attention, pool, quantize_linear, quantized  # noqa: F401 (register)
+from workbench.ops import recurrent, resize  # noqa: F401 (register)
 from workbench.ops import einsum, indexing, scatter, shape_ops, slicing  # noqa: F401 (register)
 # Workbench-internal op types that transformations create; imported here so a
 # saved SDFG holding them expands without the transformation library.

@@ -1,0 +1,110 @@
+"""Regenerate the quantized fixtures in this folder with onnxruntime's own quantization tool.
+
+    python tests/exports/quantized_models.py [NAME ...]
+
+Made from the float exports beside this file (``make_exports.py``), as a user
+quantizes a model: the input sizes fixed (batch 1, 16 tokens), then
+``quant_pre_process`` (shape inference and onnxruntime's basic graph
+optimizations), then
+
+- ``resnet_qdq``: ``quantize_static`` in the QDQ format, int8 activations and
+  per-channel int8 weights, calibrated (MinMax) on 8 seeded images;
+- ``bert_qdq``: the same per-tensor on BERT, calibrated on 8 seeded token batches;
+- ``bert_dynamic``: ``quantize_dynamic``, int8 weights: every MatMul becomes
+  DynamicQuantizeLinear + MatMulInteger + the scale product.
+
+Needs onnxruntime only (no torch); writes seeded, reproducible files.
+"""
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                      quant_pre_process, quantize_dynamic, quantize_static)
+
+HERE = Path(__file__).resolve().parent
+BATCH, TOKENS, VOCAB = 1, 16, 100
+CALIBRATION_SAMPLES = 8
+
+
+def _images(seed):
+    rng = np.random.default_rng(seed)
+    return [{"input": rng.standard_normal((BATCH, 3, 64, 64), dtype=np.float32)}
+            for _ in range(CALIBRATION_SAMPLES)]
+
+
+def _tokens(seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(CALIBRATION_SAMPLES):
+        mask = np.ones((BATCH, TOKENS), np.int64)
+        mask[:, rng.integers(TOKENS // 2, TOKENS + 1):] = 0
+        out.append({"input_ids": rng.integers(0, VOCAB, (BATCH, TOKENS), dtype=np.int64),
+                    "attention_mask": mask})
+    return out
+
+
+class _Feeds(CalibrationDataReader):
+    def __init__(self, feeds):
+        self._it = iter(feeds)
+
+    def get_next(self):
+        return next(self._it, None)
+
+
+def _static_dims(source: str, dims: dict, out: Path):
+    """The export with its symbolic dims (batch, sequence) fixed: calibration and the
+    workbench then see one shape."""
+    model = onnx.load(HERE / f"{source}.onnx")
+    for value in list(model.graph.input) + list(model.graph.output):
+        for d in value.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param in dims:
+                d.dim_value = dims[d.dim_param]
+    onnx.save(model, out)
+
+
+def _prepared(source: str, tmp: Path) -> Path:
+    fixed, prepared = tmp / f"{source}_fixed.onnx", tmp / f"{source}_prep.onnx"
+    _static_dims(source, {"batch": BATCH, "sequence": TOKENS}, fixed)
+    quant_pre_process(str(fixed), str(prepared))
+    return prepared
+
+
+def static_qdq(source: str, feeds, per_channel: bool):
+    def make(out: Path, tmp: Path):
+        quantize_static(str(_prepared(source, tmp)), str(out), _Feeds(feeds),
+                        quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                        weight_type=QuantType.QInt8, per_channel=per_channel,
+                        reduce_range=True)
+    return make
+
+
+def dynamic(source: str):
+    def make(out: Path, tmp: Path):
+        quantize_dynamic(str(_prepared(source, tmp)), str(out), weight_type=QuantType.QInt8,
+                         reduce_range=True)
+    return make
+
+
+FIXTURES = {
+    "resnet_qdq": static_qdq("resnet", _images(0), per_channel=True),
+    "bert_qdq": static_qdq("bert", _tokens(0), per_channel=False),
+    "bert_dynamic": dynamic("bert"),
+}
+
+
+def main(names):
+    for name in names or FIXTURES:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = HERE / f"{name}.onnx"
+            FIXTURES[name](out, Path(tmp))
+        model = onnx.load(out)
+        ops = sorted({n.op_type for n in model.graph.node})
+        print(f"{out.name}: {out.stat().st_size / 1e6:.2f} MB, {len(model.graph.node)} nodes: "
+              f"{', '.join(ops)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
