@@ -19,6 +19,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from workbench.importer.weightless import copy_fields
+from workbench.ops.quantize_linear import dequantize_numpy
 
 NON_DETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                      "Multinomial", "Bernoulli"}
@@ -174,7 +175,10 @@ def _gather_elements(attrs, data, indices):
 # its GatherElements uses np.choose, which takes at most 32 choices under numpy 1.x, and
 # its fallback handles one index per row only ("cannot reshape array of size 1 into
 # shape (1,16)" on BERT's token_type_ids buffer gathered along 512 positions).
-NUMPY_KERNELS = {"GatherElements": _gather_elements}
+# DequantizeLinear: onnx.reference (1.23) has none before opset 19, where quantization
+# tools leave their weights; folded, the quantized models' weights are not dequantized on
+# every run.
+NUMPY_KERNELS = {"GatherElements": _gather_elements, "DequantizeLinear": dequantize_numpy}
 
 
 def evaluate_node(node: onnx.NodeProto, feeds: dict, opsets: dict) -> list:
