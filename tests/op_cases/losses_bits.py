@@ -1,0 +1,75 @@
+"""Training losses, BitShift and CumProd (op types of issue 17)."""
+import numpy as np
+
+from op_cases.base import C, rand
+
+_rng = np.random.default_rng(17)
+
+
+def labels(*shape, classes=5, ignored=None):
+    """Class labels in [0, classes), with some set to ``ignored`` when given."""
+    t = _rng.integers(0, classes, shape).astype(np.int64)
+    if ignored is not None:
+        t.flat[::3] = ignored
+    return t
+
+
+def weights(classes=5):
+    return _rng.uniform(0.2, 2.0, classes).astype(np.float32)
+
+
+def typed(values, dtype):
+    return np.array(values, dtype=dtype)
+
+
+CASES = {
+    "NegativeLogLikelihoodLoss": [
+        C("none", {"x": rand(3, 5), "t": labels(3)}, {"reduction": "none"}),
+        C("mean_default", {"x": rand(3, 5, 2), "t": labels(3, 2)}),
+        C("sum_weight", {"x": rand(2, 5, 3, 2), "t": labels(2, 3, 2)}, {"reduction": "sum"},
+          init={"w": weights()}, node_inputs=["x", "t", "w"]),
+        C("mean_weight_negative_ii", {"x": rand(3, 5, 6), "t": labels(3, 6, ignored=-1)},
+          {"reduction": "mean", "ignore_index": -1}, init={"w": weights()},
+          node_inputs=["x", "t", "w"]),
+        C("mean_no_weight_ii", {"x": rand(3, 5, 4), "t": labels(3, 4, ignored=2)},
+          {"reduction": "mean", "ignore_index": 2}),
+        C("none_ii_float64", {"x": rand(3, 5, 2, dtype="float64"), "t": labels(3, 2, ignored=7)},
+          {"reduction": "none", "ignore_index": 7}),
+    ],
+    "SoftmaxCrossEntropyLoss": [
+        C("mean", {"x": rand(3, 5) * 3, "t": labels(3)}),
+        C("mean_log_prob", {"x": rand(3, 5, 2), "t": labels(3, 2)}, {"reduction": "mean"},
+          outputs=("z", "log_prob")),
+        C("none_weight_negative_ii", {"x": rand(2, 5, 3, 2), "t": labels(2, 3, 2, ignored=-5)},
+          {"reduction": "none", "ignore_index": -5}, init={"w": weights()},
+          node_inputs=["x", "t", "w"], outputs=("z", "log_prob")),
+        C("sum_ii", {"x": rand(4, 5, 3), "t": labels(4, 3, ignored=0)},
+          {"reduction": "sum", "ignore_index": 0}),
+        C("mean_weight_ii", {"x": rand(3, 5, 2, 2), "t": labels(3, 2, 2, ignored=1)},
+          {"reduction": "mean", "ignore_index": 1}, init={"w": weights()},
+          node_inputs=["x", "t", "w"]),
+    ],
+    "BitShift": [
+        C("left_uint8", {"x": typed([16, 4, 1, 255], np.uint8), "s": typed([1, 2, 3, 1], np.uint8)},
+          {"direction": "LEFT"}, opset=11),
+        C("right_uint64", {"x": typed([[16, 4, 1], [2**63, 7, 9]], np.uint64),
+                           "s": typed([1, 2, 63], np.uint64)}, {"direction": "RIGHT"}, opset=11),
+        C("right_int32_negative", {"x": typed([-16, -1, 5, -7], np.int32),
+                                   "s": typed([1, 4, 1, 2], np.int32)},
+          {"direction": "RIGHT"}, opset=28),
+        C("left_int8_overflow", {"x": typed([64, -1, 3, -128], np.int8),
+                                 "s": typed([1, 7, 6, 1], np.int8)},
+          {"direction": "LEFT"}, opset=28),
+        C("left_int16_broadcast", {"x": typed([[1, -2, 3], [4, 5, -6]], np.int16),
+                                   "s": typed([3], np.int16)}, {"direction": "LEFT"}, opset=28),
+    ],
+    "CumProd": [
+        C("axis1", {"x": rand(2, 3, 4)}, init={"axis": np.array(1, np.int64)}, opset=26),
+        C("exclusive_reverse", {"x": rand(2, 3, 4)}, {"exclusive": 1, "reverse": 1},
+          init={"axis": np.array(-1, np.int32)}, opset=26),
+        C("reverse_int32", {"x": typed([[1, 2, 3], [-2, 3, 4]], np.int32)}, {"reverse": 1},
+          init={"axis": np.array(1, np.int64)}, opset=26),
+        C("exclusive_float64", {"x": rand(5, dtype="float64")}, {"exclusive": 1},
+          init={"axis": np.array(0, np.int64)}, opset=26),
+    ],
+}
