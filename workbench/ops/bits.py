@@ -27,8 +27,9 @@ def bit_shift(call):
     if call.dtype(call.input(1)) != dtype:
         raise call.fail("the shift amounts must have the data's type")
     bits = 8 * np_dtype(dtype).itemsize
-    ctype = dtype.ctype
-    unsigned = ctype if kind == "unsigned" else f"u{ctype}"
+    # Fixed-width names: DaCe spells int8 'char', whose signedness C++ leaves open.
+    unsigned = f"uint{bits}_t"
+    ctype = unsigned if kind == "unsigned" else f"int{bits}_t"
     fill = f"(a < 0 ? {ctype}(-1) : {ctype}(0))" if kind == "int" and direction == "RIGHT" \
         else f"{ctype}(0)"
     # The amount compared as a signed 64-bit value: a uint64 amount of 2^63 or more is
