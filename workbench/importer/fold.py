@@ -9,11 +9,11 @@ Rules:
    exceeds ``max_elements``. The ONNX backend turns this off so that every
    operator under test runs as compiled code.
 4. Initializers no remaining node or output uses are dropped.
-5. A kept node whose output shape depends on a value known at import but
-   not folded (``evaluate`` off: ReduceMean's axes from Range(Size(Shape(x))))
-   gets that shape from onnx's inference run on a probe copy of the graph
-   in which the known values are initializers; it is declared as the
-   tensor's value_info, which the next shape inference keeps.
+5. A kept node that reads a known value (the output of a node all of whose
+   inputs are known, kept because ``evaluate`` is off) and also a value
+   computed at run time reads the known one as an initializer: shape
+   inference sees it (ReduceMean's axes from Range(Size(Shape(x))), Split's
+   sizes), the producing node still runs.
 Afterwards the SDFG sees static shapes and no shape plumbing.
 """
 import numpy as np
@@ -66,7 +66,7 @@ def fold_constants(model: onnx.ModelProto, static_shapes: dict, max_elements: in
     keep_inputs = [i for i in new.graph.input if i.name not in consts or i.name in inits]
     del new.graph.input[:]
     new.graph.input.extend(keep_inputs)
-    _declare_shapes_of_known_inputs(new, known, static_shapes)
+    _read_known_values_as_constants(new, known)
     return new, folded, known
 
 
@@ -169,47 +169,53 @@ def _single_node_model(node, feeds, opset):
     return helper.make_model(graph, opset_imports=imports)
 
 
-def _declare_shapes_of_known_inputs(model: onnx.ModelProto, known: dict, static_shapes: dict):
-    """Rule 5: static shapes for the outputs of nodes that read a known value."""
+# Known values read by a kept node are given to it as constants up to this size (rule 5).
+SHAPE_VALUE_MAX_ELEMENTS = 4096
+
+
+def _read_known_values_as_constants(model: onnx.ModelProto, known: dict):
+    """Rule 5: a kept node with an input of its own still computed at run time
+    reads the known (small) values among its inputs from initializers instead
+    (copies under new names); their producers still run. Shape inference then
+    sees the values (Reshape's shape, ReduceMean's axes, Split's sizes) where
+    it would otherwise leave the outputs open or guess them (an even Split)."""
     graph = model.graph
-    readers = [n for n in graph.node if any(i in known for i in n.input)
-               and any(o and static_shapes.get(o) is None and o not in known for o in n.output)]
-    if not readers:
-        return
-    probe = helper.make_graph(
-        [n for n in graph.node if not all(o in known for o in n.output if o)], "probe",
-        list(graph.input), list(graph.output),
-        value_info=[vi for vi in graph.value_info if vi.name not in known])
-    small = [t for t in graph.initializer if np.prod(t.dims) <= KNOWN_MAX_ELEMENTS]
-    big = [t for t in graph.initializer if np.prod(t.dims) > KNOWN_MAX_ELEMENTS]
-    # Large weights travel as typed inputs: their values change no shape, copying them would.
-    probe.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-                       for t in big if t.name not in {i.name for i in graph.input})
-    probe.initializer.extend(small)
-    probe.initializer.extend(numpy_helper.from_array(np.asarray(v), k) for k, v in known.items()
-                             if np.asarray(v).dtype.kind in "biuf")
-    probe_model = helper.make_model(probe, opset_imports=list(model.opset_import),
-                                    ir_version=model.ir_version)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(probe_model, data_prop=True)
-    except Exception:  # noqa: BLE001 (the tensors stay without a shape, as before)
-        return
-    wanted = {o for n in readers for o in n.output if o}
-    found = {}
-    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
-        tt = vi.type.tensor_type
-        if vi.name in wanted and tt.HasField("shape") and tt.elem_type \
-                and all(d.HasField("dim_value") and d.dim_value >= 0 for d in tt.shape.dim):
-            found[vi.name] = vi
-    if not found:
-        return
-    kept = [vi for vi in graph.value_info if vi.name not in found]
+    taken = {n for node in graph.node for n in list(node.input) + list(node.output)}
+    taken |= {t.name for t in graph.initializer} | {i.name for i in graph.input}
+    constant = set(known) | {t.name for t in graph.initializer}
+    copies, rewired = {}, []
+    for node in graph.node:
+        if all(not i or i in constant for i in node.input):
+            continue  # computed at import itself: its output is known already
+        for pos, name in enumerate(node.input):
+            value = known.get(name)
+            if value is None or value.size > SHAPE_VALUE_MAX_ELEMENTS \
+                    or value.dtype.kind not in "biuf":
+                continue
+            if name not in copies:
+                copy, k = f"{name}__known", 1
+                while copy in taken:
+                    copy, k = f"{name}__known{k}", k + 1
+                taken.add(copy)
+                copies[name] = copy
+                graph.initializer.append(numpy_helper.from_array(value, copy))
+            node.input[pos] = copies[name]
+            rewired.append(node)
+    # Shapes inferred before without the values are stale downstream (a guessed even
+    # Split); onnx's inference keeps a declared shape over its own when they differ.
+    stale = _downstream({o for n in rewired for o in n.output if o}, graph.node)
+    kept = [vi for vi in graph.value_info if vi.name not in stale]
     del graph.value_info[:]
-    graph.value_info.extend(kept + [found[k] for k in sorted(found)
-                                    if k not in {o.name for o in graph.output}])
-    for out in graph.output:
-        if out.name in found:
-            out.type.CopyFrom(found[out.name].type)
+    graph.value_info.extend(kept)
+
+
+def _downstream(names: set, nodes) -> set:
+    """``names`` and every tensor computed from them."""
+    out = set(names)
+    for node in nodes:  # a graph's nodes are in topological order
+        if any(i in out for i in node.input):
+            out.update(o for o in node.output if o)
+    return out
 
 
 def _subgraph_inputs(nodes):
