@@ -1,4 +1,4 @@
-"""The losses, BitShift and CumProd on the node suite's own cases, and the
+"""The losses, BitShift, CumProd, CenterCropPad and DFT on the node suite's own cases, and the
 conformance report: per-op reasons, ``--diff`` and ``--update-baseline``.
 
 The ops are also checked against onnxruntime by ``test_ops.py`` (their rows
@@ -28,6 +28,11 @@ NODE_CASES = [
     "test_cumprod_1d_reverse_exclusive_cpu",
     "test_cumprod_2d_int32_cpu",
     "test_cumprod_2d_negative_axis_cpu",
+    "test_center_crop_pad_crop_and_pad_cpu",
+    "test_center_crop_pad_crop_negative_axes_hwc_cpu",
+    "test_dft_irfft_cpu",
+    "test_dft_inverse_opset19_cpu",
+    "test_dft_rfft_cpu",
 ]
 
 

@@ -1,4 +1,4 @@
-"""Training losses, BitShift and CumProd (op types of issue 17)."""
+"""Op types of issue 17: training losses, BitShift, CumProd, CenterCropPad, DFT."""
 import numpy as np
 
 from op_cases.base import C, rand
@@ -62,6 +62,19 @@ CASES = {
           {"direction": "LEFT"}, opset=28),
         C("left_int16_broadcast", {"x": typed([[1, -2, 3], [4, 5, -6]], np.int16),
                                    "s": typed([3], np.int16)}, {"direction": "LEFT"}, opset=28),
+    ],
+    "CenterCropPad": [
+        C("crop_and_pad", {"x": rand(9, 4, 3)}, init={"shape": np.array([4, 7, 3], np.int64)},
+          opset=18),
+        C("negative_axes_odd", {"x": rand(3, 8, 5)}, {"axes": [-2, -1]},
+          init={"shape": np.array([5, 8], np.int64)}, opset=18),
+    ],
+    "DFT": [
+        C("real_axis1", {"x": rand(2, 6, 3, 1)}, {"axis": 1}, opset=17),
+        C("complex_inverse_length", {"x": rand(2, 5, 2)}, {"axis": 1, "inverse": 1},
+          init={"n": np.array(7, np.int64)}, node_inputs=["x", "n"], opset=17),
+        C("onesided_axis_input", {"x": rand(3, 8, 1)}, {"onesided": 1},
+          init={"n": np.array(8, np.int64), "axis": np.array(-2, np.int64)}, opset=20),
     ],
     "CumProd": [
         C("axis1", {"x": rand(2, 3, 4)}, init={"axis": np.array(1, np.int64)}, opset=26),
