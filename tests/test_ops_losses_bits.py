@@ -1,4 +1,5 @@
-"""The losses, BitShift, CumProd, CenterCropPad and DFT on the node suite's own cases, and the
+"""The op types of issue 17 on the node suite's own cases (losses, BitShift, CumProd,
+CenterCropPad, DFT, AffineGrid), and the
 conformance report: per-op reasons, ``--diff`` and ``--update-baseline``.
 
 The ops are also checked against onnxruntime by ``test_ops.py`` (their rows
@@ -33,6 +34,8 @@ NODE_CASES = [
     "test_dft_irfft_cpu",
     "test_dft_inverse_opset19_cpu",
     "test_dft_rfft_cpu",
+    "test_affine_grid_3d_cpu",
+    "test_affine_grid_2d_align_corners_cpu",
 ]
 
 

@@ -1,4 +1,4 @@
-"""Op types of issue 17: training losses, BitShift, CumProd, CenterCropPad, DFT."""
+"""Op types of issue 17: losses, BitShift, CumProd, CenterCropPad, DFT, AffineGrid."""
 import numpy as np
 
 from op_cases.base import C, rand
@@ -75,6 +75,12 @@ CASES = {
           init={"n": np.array(7, np.int64)}, node_inputs=["x", "n"], opset=17),
         C("onesided_axis_input", {"x": rand(3, 8, 1)}, {"onesided": 1},
           init={"n": np.array(8, np.int64), "axis": np.array(-2, np.int64)}, opset=20),
+    ],
+    "AffineGrid": [
+        C("2d", {"theta": rand(2, 2, 3)}, init={"size": np.array([2, 3, 4, 5], np.int64)},
+          outputs=("grid",), opset=20),
+        C("3d_align_corners", {"theta": rand(1, 3, 4)}, {"align_corners": 1},
+          init={"size": np.array([1, 1, 3, 2, 4], np.int64)}, outputs=("grid",), opset=20),
     ],
     "CumProd": [
         C("axis1", {"x": rand(2, 3, 4)}, init={"axis": np.array(1, np.int64)}, opset=26),
