@@ -1,4 +1,5 @@
-"""Op types of issue 17: losses, BitShift, CumProd, CenterCropPad, DFT, AffineGrid."""
+"""Op types of issue 17: losses, BitShift, CumProd, CenterCropPad, DFT, AffineGrid,
+GridSample."""
 import numpy as np
 
 from op_cases.base import C, rand
@@ -81,6 +82,16 @@ CASES = {
           outputs=("grid",), opset=20),
         C("3d_align_corners", {"theta": rand(1, 3, 4)}, {"align_corners": 1},
           init={"size": np.array([1, 1, 3, 2, 4], np.int64)}, outputs=("grid",), opset=20),
+    ],
+    "GridSample": [
+        C("bilinear_border", {"x": rand(1, 2, 4, 5), "grid": _rng.uniform(-1.2, 1.2, (1, 3, 2, 2))
+                              .astype(np.float32)}, {"padding_mode": "border"}, opset=16),
+        C("nearest_reflection_aligned", {"x": rand(2, 1, 3, 4),
+                                         "grid": _rng.uniform(-1.5, 1.5, (2, 2, 3, 2))
+                                         .astype(np.float32)},
+          {"mode": "nearest", "padding_mode": "reflection", "align_corners": 1}, opset=16),
+        C("bicubic_zeros", {"x": rand(1, 1, 5, 5), "grid": _rng.uniform(-1.1, 1.1, (1, 2, 3, 2))
+                            .astype(np.float32)}, {"mode": "bicubic"}, opset=16),
     ],
     "CumProd": [
         C("axis1", {"x": rand(2, 3, 4)}, init={"axis": np.array(1, np.int64)}, opset=26),
