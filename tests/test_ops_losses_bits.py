@@ -1,5 +1,5 @@
 """The op types of issue 17 on the node suite's own cases (losses, BitShift, CumProd,
-CenterCropPad, DFT, AffineGrid, GridSample), and the conformance report: per-op
+CenterCropPad, DFT, AffineGrid, GridSample, Col2Im), and the conformance report: per-op
 reasons, ``--diff`` and ``--update-baseline``.
 
 The ops are also checked against onnxruntime by ``test_ops.py`` (their rows
@@ -39,6 +39,8 @@ NODE_CASES = [
     "test_gridsample_bicubic_align_corners_1_additional_1_cpu",
     "test_gridsample_reflection_padding_cpu",
     "test_gridsample_volumetric_bilinear_align_corners_0_cpu",
+    "test_col2im_5d_cpu",
+    "test_col2im_pads_cpu",
 ]
 
 

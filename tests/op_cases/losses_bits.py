@@ -1,5 +1,5 @@
 """Op types of issue 17: losses, BitShift, CumProd, CenterCropPad, DFT, AffineGrid,
-GridSample."""
+GridSample, Col2Im."""
 import numpy as np
 
 from op_cases.base import C, rand
@@ -92,6 +92,14 @@ CASES = {
           {"mode": "nearest", "padding_mode": "reflection", "align_corners": 1}, opset=16),
         C("bicubic_zeros", {"x": rand(1, 1, 5, 5), "grid": _rng.uniform(-1.1, 1.1, (1, 2, 3, 2))
                             .astype(np.float32)}, {"mode": "bicubic"}, opset=16),
+    ],
+    "Col2Im": [
+        C("strides_pads", {"x": rand(2, 2 * 4, 9)}, {"strides": [2, 2], "pads": [1, 0, 1, 0]},
+          init={"image_shape": np.array([5, 6], np.int64),
+                "block_shape": np.array([2, 2], np.int64)}, opset=18),
+        C("dilations", {"x": rand(1, 6, 6)}, {"dilations": [2, 1]},
+          init={"image_shape": np.array([5, 4], np.int64),
+                "block_shape": np.array([2, 3], np.int64)}, opset=18),
     ],
     "CumProd": [
         C("axis1", {"x": rand(2, 3, 4)}, init={"axis": np.array(1, np.int64)}, opset=26),
