@@ -51,7 +51,8 @@ CASES = {
           node_inputs=["x", "t", "w"]),
     ],
     "BitShift": [
-        C("left_uint8", {"x": typed([16, 4, 1, 255], np.uint8), "s": typed([1, 2, 3, 1], np.uint8)},
+        C("left_uint8", {"x": typed([16, 4, 1, 255], np.uint8),
+                         "s": typed([1, 2, 3, 1], np.uint8)},
           {"direction": "LEFT"}, opset=11),
         C("right_uint64", {"x": typed([[16, 4, 1], [2**63, 7, 9]], np.uint64),
                            "s": typed([1, 2, 63], np.uint64)}, {"direction": "RIGHT"}, opset=11),
