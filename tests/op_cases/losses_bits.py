@@ -1,5 +1,5 @@
 """Op types of issue 17: losses, BitShift, CumProd, CenterCropPad, DFT, AffineGrid,
-GridSample, Col2Im."""
+GridSample, Col2Im, BitCast."""
 import numpy as np
 
 from op_cases.base import C, rand
@@ -101,6 +101,12 @@ CASES = {
         C("dilations", {"x": rand(1, 6, 6)}, {"dilations": [2, 1]},
           init={"image_shape": np.array([5, 4], np.int64),
                 "block_shape": np.array([2, 3], np.int64)}, opset=18),
+    ],
+    "BitCast": [
+        C("float_to_int32", {"x": rand(2, 3)}, {"to": 6}, opset=26),
+        C("int64_to_float64", {"x": typed([1, 2**62, 4607182418800017408, -4616189618054758400], np.int64)},
+          {"to": 11}, opset=26),
+        C("int8_to_uint8", {"x": typed([-128, -1, 0, 127], np.int8)}, {"to": 2}, opset=26),
     ],
     "CumProd": [
         C("axis1", {"x": rand(2, 3, 4)}, init={"axis": np.array(1, np.int64)}, opset=26),

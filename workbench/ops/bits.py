@@ -1,4 +1,8 @@
-"""BitShift, as one broadcast map with a C++ tasklet.
+"""BitShift and BitCast, each one broadcast map with a C++ tasklet.
+
+BitCast copies each element's bytes into the target type of the same width
+(``std::memcpy``, which compilers turn into a register move): the bits are
+kept, the value is not converted.
 
 C++ leaves undefined what ONNX defines: a shift by a negative amount or
 by the type's width or more, and a left shift of a negative or into the
@@ -42,3 +46,16 @@ def bit_shift(call):
     return broadcast_map(call, f"y = ({out_of_range}) ? {fill} : {shifted};", ["a", "b"],
                          cpp=True)
 
+
+
+@implements("BitCast")
+def bit_cast(call):
+    x, y = call.input(0), call.output(0)
+    size_in, size_out = np_dtype(call.dtype(x)).itemsize, np_dtype(call.dtype(y)).itemsize
+    if size_in != size_out:
+        raise call.fail(f"BitCast from {size_in}-byte to {size_out}-byte elements: the widths "
+                        "must be equal")
+    if call.shape(x) != call.shape(y):
+        raise call.fail(f"output was given shape {call.shape(y)} at import, but the spec "
+                        f"gives {call.shape(x)}")
+    return broadcast_map(call, "std::memcpy(&y, &x, sizeof(y));", ["x"], cpp=True)
