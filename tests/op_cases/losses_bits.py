@@ -104,7 +104,8 @@ CASES = {
     ],
     "BitCast": [
         C("float_to_int32", {"x": rand(2, 3)}, {"to": 6}, opset=26),
-        C("int64_to_float64", {"x": typed([1, 2**62, 4607182418800017408, -4616189618054758400], np.int64)},
+        C("int64_to_float64",
+          {"x": typed([1, 2**62, 4607182418800017408, -4616189618054758400], np.int64)},
           {"to": 11}, opset=26),
         C("int8_to_uint8", {"x": typed([-128, -1, 0, 127], np.int8)}, {"to": 2}, opset=26),
     ],
