@@ -1,5 +1,5 @@
 """Op types of issue 17: losses, BitShift, CumProd, CenterCropPad, DFT, AffineGrid,
-GridSample, Col2Im, BitCast."""
+GridSample, Col2Im, BitCast, DeformConv."""
 import numpy as np
 
 from op_cases.base import C, rand
@@ -108,6 +108,16 @@ CASES = {
           {"x": typed([1, 2**62, 4607182418800017408, -4616189618054758400], np.int64)},
           {"to": 11}, opset=26),
         C("int8_to_uint8", {"x": typed([-128, -1, 0, 127], np.int8)}, {"to": 2}, opset=26),
+    ],
+    "DeformConv": [
+        C("groups_mask_bias", {"x": rand(1, 4, 5, 5), "offset": rand(1, 2 * 9 * 2, 3, 3),
+                               "mask": _rng.uniform(0, 1, (1, 2 * 9, 3, 3)).astype(np.float32)},
+          {"group": 2, "offset_group": 2},
+          init={"w": rand(4, 2, 3, 3), "b": rand(4)},
+          node_inputs=["x", "w", "offset", "b", "mask"], opset=19),
+        C("stride_pad_dilation", {"x": rand(2, 1, 6, 5), "offset": rand(2, 2 * 4, 3, 3) * 2},
+          {"strides": [2, 2], "pads": [1, 1, 1, 1], "dilations": [2, 1]},
+          init={"w": rand(3, 1, 2, 2)}, node_inputs=["x", "w", "offset"], opset=19),
     ],
     "CumProd": [
         C("axis1", {"x": rand(2, 3, 4)}, init={"axis": np.array(1, np.int64)}, opset=26),
