@@ -9,6 +9,11 @@ Rules:
    exceeds ``max_elements``. The ONNX backend turns this off so that every
    operator under test runs as compiled code.
 4. Initializers no remaining node or output uses are dropped.
+5. A kept node that reads a known value (the output of a node all of whose
+   inputs are known, kept because ``evaluate`` is off) and also a value
+   computed at run time reads the known one as an initializer: shape
+   inference sees it (ReduceMean's axes from Range(Size(Shape(x))), Split's
+   sizes), the producing node still runs.
 Afterwards the SDFG sees static shapes and no shape plumbing.
 """
 from collections import ChainMap
@@ -66,6 +71,7 @@ def fold_constants(model: onnx.ModelProto, static_shapes: dict, max_elements: in
     keep_inputs = [i for i in new.graph.input if i.name not in consts or i.name in inits]
     del new.graph.input[:]
     new.graph.input.extend(keep_inputs)
+    _read_known_values_as_constants(new, known)
     return new, folded, known
 
 
@@ -213,6 +219,55 @@ def _single_node_model(node, feeds, opset):
     graph = helper.make_graph([node], "fold", ins, outs)
     imports = [helper.make_opsetid(d, v) for d, v in opset.items()]
     return helper.make_model(graph, opset_imports=imports)
+
+
+# Known values read by a kept node are given to it as constants up to this size (rule 5).
+SHAPE_VALUE_MAX_ELEMENTS = 4096
+
+
+def _read_known_values_as_constants(model: onnx.ModelProto, known: dict):
+    """Rule 5: a kept node with an input of its own still computed at run time
+    reads the known (small) values among its inputs from initializers instead
+    (copies under new names); their producers still run. Shape inference then
+    sees the values (Reshape's shape, ReduceMean's axes, Split's sizes) where
+    it would otherwise leave the outputs open or guess them (an even Split)."""
+    graph = model.graph
+    taken = {n for node in graph.node for n in list(node.input) + list(node.output)}
+    taken |= {t.name for t in graph.initializer} | {i.name for i in graph.input}
+    constant = set(known) | {t.name for t in graph.initializer}
+    copies, rewired = {}, []
+    for node in graph.node:
+        if all(not i or i in constant for i in node.input):
+            continue  # computed at import itself: its output is known already
+        for pos, name in enumerate(node.input):
+            value = known.get(name)
+            if value is None or value.size > SHAPE_VALUE_MAX_ELEMENTS \
+                    or value.dtype.kind not in "biuf":
+                continue
+            if name not in copies:
+                copy, k = f"{name}__known", 1
+                while copy in taken:
+                    copy, k = f"{name}__known{k}", k + 1
+                taken.add(copy)
+                copies[name] = copy
+                graph.initializer.append(numpy_helper.from_array(value, copy))
+            node.input[pos] = copies[name]
+            rewired.append(node)
+    # Shapes inferred before without the values are stale downstream (a guessed even
+    # Split); onnx's inference keeps a declared shape over its own when they differ.
+    stale = _downstream({o for n in rewired for o in n.output if o}, graph.node)
+    kept = [vi for vi in graph.value_info if vi.name not in stale]
+    del graph.value_info[:]
+    graph.value_info.extend(kept)
+
+
+def _downstream(names: set, nodes) -> set:
+    """``names`` and every tensor computed from them."""
+    out = set(names)
+    for node in nodes:  # a graph's nodes are in topological order
+        if any(i in out for i in node.input):
+            out.update(o for o in node.output if o)
+    return out
 
 
 def _subgraph_inputs(nodes):

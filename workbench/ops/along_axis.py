@@ -1,4 +1,4 @@
-"""Ops that walk the lines along one axis: ArgMax/ArgMin, Hardmax, TopK, CumSum.
+"""Ops that walk the lines along one axis: ArgMax/ArgMin, Hardmax, TopK, CumSum, CumProd.
 
 The input is seen as (outer, n, inner): a line is ``x[o, 0:n, i]``. A
 parallel map runs over the lines (or over their elements, for TopK) and a
@@ -103,10 +103,14 @@ def top_k(call):
     return sdfg
 
 
-@implements("CumSum")
+# Running op type -> (how a step combines, the value of an empty run)
+RUNNING = {"CumSum": ("+", "0"), "CumProd": ("*", "1")}
+
+
+@implements(*RUNNING)
 def cumsum(call):
-    """Running sums along ``axis``; ``exclusive`` leaves the current element
-    out, ``reverse`` runs from the end."""
+    """Running sums (products) along ``axis``; ``exclusive`` leaves the current
+    element out, ``reverse`` runs from the end."""
     refuse_float16(call)
     x, y = call.input(0), call.output(0)
     shape = call.shape(x)
@@ -121,10 +125,11 @@ def cumsum(call):
     else:
         first, at, prev = 0, "t", "t - 1"
     exclusive = call.attr("exclusive", 0)
+    combine, empty = RUNNING[call.op_type]
     mapped_tasklet(state, "scan", {"o": f"0:{outer}", "i": f"0:{inner}"},
                    {"src": dace.Memlet(f"{x}[o, 0:{n}, i]")},
-                   f"dst[{first}] = {'0' if exclusive else f'src[{first}]'}\n"
+                   f"dst[{first}] = {empty if exclusive else f'src[{first}]'}\n"
                    f"for t in range(1, {n}):\n"
-                   f"    dst[{at}] = dst[{prev}] + src[{prev if exclusive else at}]",
+                   f"    dst[{at}] = dst[{prev}] {combine} src[{prev if exclusive else at}]",
                    {"dst": dace.Memlet(f"{y}[o, 0:{n}, i]")})
     return sdfg

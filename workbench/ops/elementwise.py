@@ -82,12 +82,14 @@ MOD = {
 REMAINDER = {"int": "a % b", "unsigned": "a % b", "float": "fmod(a, b)"}
 
 
-def broadcast_map(call, code: str, names: list, out_name: str = "y", let: dict = None) -> dace.SDFG:
+def broadcast_map(call, code: str, names: list, out_name: str = "y", let: dict = None,
+                  cpp: bool = False) -> dace.SDFG:
     """One SDFG with one map over the output computing ``out_name = code``.
 
     ``names`` bind the present inputs in order (an input left unnamed is
     only carried, e.g. CastLike's target); ``let`` gives local values the
-    expression reads, computed first.
+    expression reads, computed first. ``cpp``: ``code`` is C++ statements
+    that assign ``out_name`` themselves (``let`` unused).
     """
     for conn, desc in {**call.inputs, **call.outputs}.items():
         if desc.dtype == dace.float16:
@@ -109,8 +111,9 @@ def broadcast_map(call, code: str, names: list, out_name: str = "y", let: dict =
     for name, conn in zip(names, conns_in):
         memlets_in[name] = dace.Memlet(f"{conn}[{_index(call.shape(conn), out_shape, params)}]")
     lines = [f"{k} = {v}" for k, v in (let or {}).items()] + [f"{out_name} = {code}"]
-    mapped_tasklet(state, call.op_type, ranges, memlets_in, "\n".join(lines),
-                   {out_name: dace.Memlet(f"{conn_out}[{', '.join(params)}]")})
+    mapped_tasklet(state, call.op_type, ranges, memlets_in, code if cpp else "\n".join(lines),
+                   {out_name: dace.Memlet(f"{conn_out}[{', '.join(params)}]")},
+                   language=dace.Language.CPP if cpp else dace.Language.Python)
     return sdfg
 
 
