@@ -27,7 +27,7 @@ from dace.codegen import codegen, compiler
 from workbench import dace_speed
 from workbench.errors import BuildError, Cancelled, WorkbenchError
 from workbench.build import cancel, configure_seed, errors_at, pch, reuse
-from workbench.build.simplify import array_elimination_failed, simplify_program
+from workbench.build.simplify import failed_pass, simplify_program
 from workbench.build.settings import (apply_build_settings, building_for,  # noqa: F401
                                       cache_dir, fast_build_enabled)
 from workbench.build.storage import heap_for_large_transients, persistent_expansion_buffers
@@ -182,24 +182,25 @@ def _expanded(sdfg, folder, target) -> dace.SDFG:
 
 
 def _simplified(program, sdfg, folder, target) -> dace.SDFG:
-    """``program`` simplified; when DaCe's array elimination breaks on it (see
-    ``build.simplify``), a fresh expansion simplified without that pass."""
+    """``program`` simplified; when DaCe's array or dead dataflow elimination breaks on
+    it (see ``build.simplify``), a fresh expansion simplified without that pass."""
     try:
         simplify_program(program)
         return program
     except Exception as e:
-        if not array_elimination_failed(e):
+        skip = failed_pass(e)
+        if skip is None:
             raise BuildError(f"simplifying '{program.name}' failed: {type(e).__name__}: "
                              f"{_first_line(str(e))}") from e
         first = e
-    log.warning("DaCe's array elimination failed on '%s' (%s: %s); building without it",
-                sdfg.name, type(first).__name__, _first_line(str(first)))
+    log.warning("DaCe's %s failed on '%s' (%s: %s); building without it",
+                skip, sdfg.name, type(first).__name__, _first_line(str(first)))
     program = _expanded(sdfg, folder, target)
     try:
-        simplify_program(program, eliminate_arrays=False)
+        simplify_program(program, skip={skip})
     except Exception as e:
-        raise BuildError(f"simplifying '{program.name}' failed, with and without array "
-                         f"elimination: {type(e).__name__}: {_first_line(str(e))}") from e
+        raise BuildError(f"simplifying '{program.name}' failed, with and without {skip}: "
+                         f"{type(e).__name__}: {_first_line(str(e))}") from e
     return program
 
 

@@ -14,22 +14,29 @@
    Views). The program is half-rewritten by then, so the build expands the
    operators again and simplifies without that pass: the program keeps a few
    copies and Views it could have lost, never a wrong one.
+3. Dead dataflow elimination, removing a dead node whose producer is a C++
+   tasklet reached through an empty edge, asks for the type of connector
+   None and raises "Cannot eliminate dead connector" (the node-suite's
+   float16 attention bodies, whose Casts are C++). The build then does the
+   same as for rule 2 without that pass: the program computes a value
+   nobody reads, never a wrong one.
 """
 import traceback
 
 import dace
 
-# where DaCe's array elimination and the rewrites it applies live
-_ARRAY_ELIMINATION_FILES = ("passes/array_elimination.py", "dataflow/redundant_array.py")
+# The passes a build can do without (rules 2 and 3): where they and the rewrites they
+# apply live in DaCe.
+SKIPPABLE = {"ArrayElimination": ("passes/array_elimination.py", "dataflow/redundant_array.py"),
+             "DeadDataflowElimination": ("passes/dead_dataflow_elimination.py",)}
 
 
-def simplify_program(program: dace.SDFG, eliminate_arrays: bool = True) -> None:
-    """DaCe's simplify on ``program`` (in place), with rule 1; without the array
-    elimination pass when ``eliminate_arrays`` is False (rule 2)."""
+def simplify_program(program: dace.SDFG, skip=frozenset()) -> None:
+    """DaCe's simplify on ``program`` (in place), with rule 1; without the passes named in
+    ``skip`` (rules 2 and 3)."""
     from dace.transformation.passes.fusion_inline import InlineSDFGs
     from dace.transformation.passes.simplify import SimplifyPass
-    simplifier = SimplifyPass(validate=True,
-                              skip=None if eliminate_arrays else {"ArrayElimination"})
+    simplifier = SimplifyPass(validate=True, skip=set(skip) or None)
     if any(isinstance(desc, dace.data.View) for desc in program.arrays.values()) or \
             _inlining_makes_views(program):
         for step in simplifier.passes:
@@ -38,10 +45,11 @@ def simplify_program(program: dace.SDFG, eliminate_arrays: bool = True) -> None:
     simplifier.apply_pass(program, {})
 
 
-def array_elimination_failed(error: BaseException) -> bool:
-    """Whether ``error`` was raised inside DaCe's array elimination (rule 2)."""
-    frames = traceback.extract_tb(error.__traceback__)
-    return any(f.filename.replace("\\", "/").endswith(_ARRAY_ELIMINATION_FILES) for f in frames)
+def failed_pass(error: BaseException):
+    """The pass of ``SKIPPABLE`` that ``error`` was raised inside, or None."""
+    files = [f.filename.replace("\\", "/") for f in traceback.extract_tb(error.__traceback__)]
+    return next((name for name, where in SKIPPABLE.items()
+                 if any(f.endswith(where) for f in files)), None)
 
 
 def _inlining_makes_views(program: dace.SDFG) -> bool:

@@ -62,6 +62,8 @@ def compute_half_in_float(model: onnx.ModelProto, types: dict) -> onnx.ModelProt
                                            name=f"{inp.name}/to_float32"))
             value_info.append((renamed[inp.name], types[inp.name][1]))
     outputs = {o.name for o in graph.output if types.get(o.name, (None,))[0] == F16}
+    # a value nothing reads needs no rounding (and DaCe cannot drop a dead C++ tasklet)
+    read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
     for node in graph.node:
         node = _copy_node(node)
         for k, name in enumerate(node.input):
@@ -80,7 +82,7 @@ def compute_half_in_float(model: onnx.ModelProto, types: dict) -> onnx.ModelProt
                                     domain=DOMAIN)
         after = []
         for k, out in enumerate(node.output):
-            if not out or types.get(out, (None,))[0] != F16:
+            if not out or types.get(out, (None,))[0] != F16 or out not in read:
                 continue
             exact = casts_to_half or node.op_type in VALUE_PRESERVING
             # the float32 tensor that holds the value for the nodes that read it
