@@ -241,8 +241,11 @@ def _read_known_values_as_constants(model: onnx.ModelProto, known: dict):
             continue  # computed at import itself: its output is known already
         for pos, name in enumerate(node.input):
             value = known.get(name)
+            # integers only: shapes, axes, sizes, counts. A float value is data, and the
+            # node that computes it runs as compiled code (fold=False, the ONNX backend)
+            # with its reader reading its result, for the transformations to fold.
             if value is None or value.size > SHAPE_VALUE_MAX_ELEMENTS \
-                    or value.dtype.kind not in "biuf":
+                    or value.dtype.kind not in "iu":
                 continue
             if name not in copies:
                 copy, k = f"{name}__known", 1
