@@ -30,14 +30,12 @@ VALUE_PRESERVING = {
 }
 
 
-def has_half(model: onnx.ModelProto, types: dict) -> bool:
-    return any(elem == F16 for elem, _ in types.values())
 
 
 def compute_half_in_float(model: onnx.ModelProto, types: dict) -> onnx.ModelProto:
     """``model`` (folded, ``types``: name -> (elem, shape) of every tensor) rewritten so
     that float16 is only on its inputs and outputs. A model without float16 is returned."""
-    if not has_half(model, types):
+    if not any(elem == F16 for elem, _ in types.values()):
         return model
     graph = model.graph
     taken = set(types) | {o for n in graph.node for o in n.output}
@@ -56,7 +54,8 @@ def compute_half_in_float(model: onnx.ModelProto, types: dict) -> onnx.ModelProt
     del g.node[:]
     value_info = []
     for inp in graph.input:
-        if types.get(inp.name, (None,))[0] == F16 and inp.name not in _initializers(graph):
+        if types.get(inp.name, (None,))[0] == F16 and \
+                inp.name not in {t.name for t in graph.initializer}:
             renamed[inp.name] = fresh(inp.name)
             g.node.append(helper.make_node("Cast", [inp.name], [renamed[inp.name]], to=F32,
                                            name=f"{inp.name}/to_float32"))
@@ -118,10 +117,6 @@ def compute_half_in_float(model: onnx.ModelProto, types: dict) -> onnx.ModelProt
     if not any(o.domain == DOMAIN for o in new.opset_import):
         new.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     return new
-
-
-def _initializers(graph) -> set:
-    return {t.name for t in graph.initializer}
 
 
 def _copy_node(node):

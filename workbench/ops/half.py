@@ -94,8 +94,11 @@ def _c_type(dtype) -> str:
 
 def _contiguous(call, conn) -> bool:
     desc = call._desc(conn)
-    return tuple(desc.strides) == tuple(dace.data._prod(desc.shape[k + 1:])
-                                        for k in range(len(desc.shape)))
+    expected, size = [], 1
+    for extent in reversed(desc.shape):
+        expected.insert(0, size)
+        size *= extent
+    return tuple(desc.strides) == tuple(expected)
 
 
 @implements(ROUND_TO_HALF, internal=True)
