@@ -27,6 +27,9 @@ from gui.check_lane import CheckLane
 from gui.qtapp import settle_long_lived_objects
 from gui.worker import QtProgress, Runner
 from workbench.runtime.threads import DEFAULT_THREADS
+from workbench.session.replica import Replica
+
+REPLICA_MIN_NODES = 400
 
 
 def predict_all(ws, matches, job, lock, wanted=lambda: (), every_s: float = 0.5) -> list:
@@ -107,6 +110,12 @@ class Controller(QObject):
         self.last_conditions = None     # gui.timing_check.TimingConditions of last_profile
         self.matches_state = "done"     # listing | predicting | done
         self.on_screen = ()             # the match rows the user sees: predicted first
+        # Graphs this large are listed and predicted in a worker process (see
+        # workbench.session.replica): ViT-tiny's 1,071 nodes took 20-30 s of pure Python
+        # that stalled the window; a bundled block lists in a second, less than the
+        # worker takes to start. None: never.
+        self.replica_min_nodes = REPLICA_MIN_NODES
+        self.replica = Replica()
         self.verify_steps = True        # check each applied step in the background
         self.checks = CheckLane(self)
         self.checking = self.checks.checking   # id() of history entries being checked
@@ -209,8 +218,17 @@ class Controller(QObject):
             self.matchesReady.emit([], True)
             return
 
+        replica = self._replica_request(ws, nodes)
+
         def work(job):
             from workbench import transformation_api as transform
+            if replica is not None:
+                from workbench.session.replica import ReplicaFailed
+                try:
+                    return self.replica.listing(*replica, nodes, lambda: job.cancelled,
+                                                lambda: self.on_screen, job.report)
+                except ReplicaFailed as e:   # listed here instead, as for a small graph
+                    self.status.emit(f"Listing in the window's process ({e})")
             matches = []
             # one transformation at a time: on a large graph a listing takes minutes,
             # and a build, an apply or a newer listing must not wait for all of it
@@ -233,14 +251,32 @@ class Controller(QObject):
                            on_error=lambda e: self._failed("Listing transformations failed", e),
                            on_partial=listed)
 
+    def _replica_request(self, ws, nodes):
+        """(spec, state) for the listing worker (``workbench.session.replica``) when the
+        graph has ``replica_min_nodes`` nodes or more, else None. Read here, on the UI
+        thread: the step must be the one on screen, not one a later apply makes."""
+        from workbench.session import replica
+        if self.replica_min_nodes is None or \
+                sum(st.number_of_nodes() for st in ws.sdfg.states()) < self.replica_min_nodes:
+            return None
+        spec = replica.spec(ws)
+        return None if spec is None else (spec, replica.state(ws))
+
     def request_analysis(self) -> None:
         """Data movement and the operator-class table of the current step."""
         ws, prof = self.ws, self.last_profile
         if ws is None:
             return
         runtime = dict(prof.per_operator) if prof is not None else None
+        replica = self._replica_request(ws, None)
 
         def work(job):
+            if replica is not None:
+                from workbench.session.replica import ReplicaFailed
+                try:
+                    return self.replica.analysis(*replica, runtime)
+                except ReplicaFailed:   # measured here instead
+                    pass
             with self.lock:
                 return ws.data_movement(), ws.class_table(runtime=runtime)
 
@@ -409,6 +445,7 @@ class Controller(QObject):
         """Stop background checks and wait for every job (the window closes)."""
         self.checks.stop.set()
         self.runner.shutdown(timeout_ms)
+        self.replica.close()
 
     def cancel(self) -> bool:
         if self.runner.cancel("session"):

@@ -171,6 +171,8 @@ class ProfilePanel(QWidget):
         # a redraw costs the UI thread ~100 ms: only when what it shows changed
         shows = (id(prof), id(ws), ws.position if ws is not None else None,
                  len(ws.profiles) if ws is not None else 0, id(self.ctl.last_conditions))
+        if prof is None and (ws is None or not ws.profiles):
+            shows = "nothing timed"   # the same two placeholders for every session
         if shows == getattr(self, "_plotted_for", None):
             return
         self._plotted_for = shows

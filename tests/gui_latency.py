@@ -264,6 +264,10 @@ def new_window():
     settings = QSettings(str(Path(_scratch()) / "s.ini"), QSettings.IniFormat)
     w = MainWindow(settings)
     w.show()
+    # the window's first paint (its empty charts: ~100 ms of matplotlib layout) happens
+    # when a user starts the program, not while a scenario runs
+    from gui.qtapp import wait_until
+    wait_until(lambda: False, 1.0)
     return w
 
 

@@ -251,3 +251,36 @@ def test_screenshot_says_what_was_not_ready(tmp_path, capsys):
                  timeout_s=0.0)
     assert out.exists() and out.stat().st_size > 10_000
     assert "not ready yet:" in capsys.readouterr().err
+
+
+def test_window_lists_in_the_worker_process(qtbot, window):
+    """Above ``replica_min_nodes`` the list comes from ``workbench.session.replica``: the
+    same rows and byte predictions as the session's own, before and after a step."""
+    w = window
+    w.ctl.replica_min_nodes = 0   # every graph: mbconv stands in for a ViT-sized one
+    answered, listing = [], w.ctl.replica.listing
+
+    def recording(*args):
+        answered.append(listing(*args))   # a ReplicaFailed (listed here instead) is not
+        return answered[-1]
+    w.ctl.replica.listing = recording
+    w.open_model("mbconv")
+    wait_idle(qtbot, w)
+    assert w.ctl.replica.proc is not None and w.ctl.replica.proc.poll() is None
+
+    def shown():
+        return [m for ms in w.transforms.matches_by_level.values() for m in ms]
+
+    def expected():
+        return w.ctl.ws.transformations(predict=True)
+    rows = shown()
+    assert sorted(map(repr, rows)) == sorted(map(repr, expected()))   # delta_bytes in repr
+    step = next(m for m in rows if m.transformation == "ConvEpilogueFusion")
+    w.ctl.apply(step)
+    qtbot.waitUntil(lambda: w.ctl.ws.position == 1, timeout=300_000)
+    wait_idle(qtbot, w)
+    assert sorted(map(repr, shown())) == sorted(map(repr, expected()))
+    assert len(answered) == 2 and all(answered)
+    assert w.ctl.analysis[0] == w.ctl.ws.data_movement()
+    w.ctl.shutdown()
+    assert w.ctl.replica.proc is None

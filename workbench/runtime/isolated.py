@@ -23,19 +23,16 @@ import mmap
 import os
 import signal
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from multiprocessing import Pipe
 from multiprocessing.reduction import send_handle
-from pathlib import Path
 
 import numpy as np
 
 from workbench.errors import BuildError, Cancelled, ProgramCrashed, ProgramTimedOut
+from workbench.runtime import worker_process
 
 # Seconds one call may take before it counts as hung (WORKBENCH_RUN_TIMEOUT).
 DEFAULT_TIMEOUT_S = float(os.environ.get("WORKBENCH_RUN_TIMEOUT", "300"))
@@ -107,16 +104,7 @@ class _Worker:
         if self.proc is not None and self.proc.poll() is None:
             return
         self._reset()
-        parent, child = Pipe()
-        root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        self.errors = tempfile.TemporaryFile()   # the worker's stderr: its last words
-        self.proc = subprocess.Popen([sys.executable, "-m", "workbench.runtime.run_worker",
-                                      str(child.fileno())], pass_fds=(child.fileno(),), env=env,
-                                     stdin=subprocess.DEVNULL, stderr=self.errors)
-        child.close()
-        self.conn = parent
+        self.proc, self.conn, self.errors = worker_process.start("workbench.runtime.run_worker")
 
     def stop(self):
         with self._lock:
@@ -277,9 +265,7 @@ class _Worker:
 
     def _last_words(self) -> str:
         try:
-            self.errors.seek(0, os.SEEK_END)
-            self.errors.seek(max(0, self.errors.tell() - 400))
-            text = self.errors.read().decode(errors="replace").strip()
+            text = worker_process.last_words(self.errors)
         except (OSError, ValueError, AttributeError):
             return ""
         return " / ".join(text.splitlines()[-3:])

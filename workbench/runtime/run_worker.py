@@ -30,24 +30,14 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
-from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle
+
+from workbench.runtime import worker_process
 
 _CTYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double, "int64": ctypes.c_int64,
            "int32": ctypes.c_int32, "int16": ctypes.c_int16, "int8": ctypes.c_int8,
            "uint8": ctypes.c_uint8, "bool": ctypes.c_bool}
-
-
-def _die_with_parent(every_s: float = 1.0) -> None:
-    parent = os.getppid()
-
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(every_s)
-        os._exit(0)   # reparented: the parent is gone (rule 5)
-    threading.Thread(target=watch, daemon=True, name="watchdog").start()
 
 
 def _keep_freed_memory() -> None:
@@ -118,7 +108,7 @@ def _set_threads(n, current):
     return n if n is not None else current
 
 
-def serve(conn: Connection) -> None:
+def serve(conn) -> None:
     from workbench.runtime import threads  # noqa: F401 (rule 4: before any program loads)
     segments, programs, threads_now = {}, {}, os.environ.get("OMP_NUM_THREADS")
     workdir = tempfile.mkdtemp(prefix=f"wb-worker-{os.getpid()}-")
@@ -169,9 +159,9 @@ def serve(conn: Connection) -> None:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    _die_with_parent()
+    worker_process.die_with_parent()
     _keep_freed_memory()
-    serve(Connection(int(argv[0])))
+    serve(worker_process.connection(argv))
     return 0
 
 
