@@ -215,7 +215,10 @@ def large_graph(w, probe=None, nodes: int = 1000, model: str = None) -> dict:
 
 def real_model(w, probe=None, model: str = "zoo:vit-full", select: str = None) -> dict:
     """Open ``model`` (an export: ``--model``), wait for the whole list's byte predictions,
-    then select one operator node and time its rows' predictions."""
+    then select one operator node and time its rows' predictions. ``in_window`` says why
+    a listing ran in the window's process rather than the worker's, if one did."""
+    said = []
+    w.ctl.status.connect(lambda text: said.append(text) if "window's process" in text else None)
     t = time.perf_counter()
     with probe or _null():
         w.last_error = None
@@ -238,7 +241,8 @@ def real_model(w, probe=None, model: str = "zoo:vit-full", select: str = None) -
     return {"graph_nodes": len(w.graph.node_items), "shown_s": round(shown, 2),
             "matches": len(listed), "predicted": sum(m.delta_bytes is not None for m in listed),
             "sorted_s": round(sorted_s, 2), "selected": node.title,
-            "selection_rows": len(rows), "selection_s": round(selection_s, 2)}
+            "selection_rows": len(rows), "selection_s": round(selection_s, 2),
+            "in_window": " / ".join(said)}
 
 
 def idle(w, probe=None, seconds: float = 10.0) -> dict:
@@ -338,7 +342,8 @@ def main(argv=None) -> int:
               f"  max UI-thread CPU in a gap {results[name]['max_ui_cpu_ms']:6.1f} ms", flush=True)
         extra = {k: v for k, v in info.items() if k in ("shown_s", "find_s", "graph_nodes",
                                                         "on_screen", "found", "opened_s",
-                                                        "graph_max_ms")}
+                                                        "graph_max_ms", "sorted_s",
+                                                        "selection_s", "in_window")}
         if extra:
             print("         " + "  ".join(f"{k} {v}" for k, v in extra.items()), flush=True)
         for stack in probe.stalls or ():

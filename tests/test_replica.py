@@ -29,8 +29,10 @@ def same(got, expected):
     assert [m.delta_bytes for m in got] == [m.delta_bytes for m in expected]
 
 
-@pytest.fixture
-def worker():
+@pytest.fixture(params=["one process", "with a helper"])
+def worker(request, monkeypatch):
+    if request.param == "with a helper":   # a forked helper predicts from the end (rule 6)
+        monkeypatch.setenv("WORKBENCH_REPLICA_HELPER_MIN", "1")
     r = Replica()
     yield r
     r.close()

@@ -253,7 +253,7 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
         (``workbench.analysis.prediction``), else on a copy of the whole SDFG."""
         from dataclasses import replace
         known = self._this_step()
-        key = ("predicted", match.transformation, match.where, match.options, match.expr_index)
+        key = _prediction_key(match)
         if key not in known:
             try:
                 delta = self._predict_local(match)
@@ -264,6 +264,11 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
             except Exception:
                 known[key] = None
         return match if known[key] is None else replace(match, delta_bytes=known[key])
+
+    def remember_prediction(self, match, delta) -> None:
+        """Keep ``delta`` as ``match``'s prediction at the current step: measured by a
+        copy of this session in another process (``workbench.session.replica``)."""
+        self._this_step()[_prediction_key(match)] = delta
 
     def _predict_local(self, match):
         from workbench import transformation_api as transform
@@ -314,3 +319,7 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
             "data_movement": self.data_movement().to_dict(),
             "classes": self.class_table(),
         }
+
+
+def _prediction_key(match) -> tuple:
+    return ("predicted", match.transformation, match.where, match.options, match.expr_index)
