@@ -323,7 +323,8 @@ class _Worker:
                     i = nxt if nxt < n else None
                 if i is None:   # everything is taken: the helper's last rows, or its end
                     if helper is None or not helper.wait(known, batch):
-                        i = next(k for k in range(n) if k not in known)   # the helper died
+                        # the helper ended: what it claimed and did not answer is done here
+                        i = next((k for k in range(n) if k not in known), None)
                 if i is not None:
                     claimed[i] = 1
                     known[i] = self.ws.predict(matches[i]).delta_bytes
