@@ -13,6 +13,7 @@ from onnx import external_data_helper
 
 from workbench.errors import ModelLoadError, UnsafeModelError
 from workbench.importer.budget import check_budget
+from workbench.importer.pieces import parse_model
 from workbench.importer.validate import element_count, itemsize, validate_graph
 from workbench.importer.weightless import without_weights
 
@@ -29,7 +30,7 @@ def load_model(path, memory_budget=None) -> onnx.ModelProto:
         raise ModelLoadError(f"'{path}' is a folder, not an ONNX file.")
     check_budget({str(path): path.stat().st_size}, memory_budget, f"reading '{path}'", "")
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        model = parse_model(path.read_bytes())   # the weights one at a time: see pieces.py
     except Exception as e:  # protobuf raises several unrelated types
         raise ModelLoadError(f"'{path}' is not a readable ONNX model ({type(e).__name__}: "
                              f"{first_line(e)}). Check that the file is an ONNX protobuf "

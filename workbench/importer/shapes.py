@@ -10,6 +10,7 @@ from onnx import TensorProto
 
 from workbench.errors import ShapeError
 from workbench.importer.budget import check_budget, tensor_bytes
+from workbench.importer.pieces import copy_model
 from workbench.importer.weightless import without_weights
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ def fix_input_shapes(model: onnx.ModelProto, given: dict = None) -> onnx.ModelPr
     lists every one, so the user can give them all at once.
     """
     given = dict(given or {})
-    model = _copy(model)
+    model = copy_model(model)
     unknown = []
     # Collected before the loop: setting dim_value clears dim_param (a protobuf oneof).
     symbols = {d.dim_param for i in graph_inputs(model) for d in i.type.tensor_type.shape.dim
@@ -108,7 +109,7 @@ def infer_shapes(model: onnx.ModelProto, hints: dict = None,
     if symbolic is None and exact is None:
         raise ShapeError("shape inference failed with both onnxruntime's symbolic and onnx's "
                          "inference; check the model with onnx.checker (full_check=True).")
-    merged = _copy(model)   # the engines' value_info and outputs are all it takes from them
+    merged = copy_model(model)   # the engines' value_info and outputs are all it takes from them
     known = {}
     for source in (model, symbolic, exact):  # later sources win
         if source is None:
@@ -197,10 +198,6 @@ def check_model_budget(model: onnx.ModelProto, budget=None) -> None:
     check_budget(sizes, budget)
 
 
-def _copy(model):
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    return m
 
 
 ELEM_NAMES = {v: k for k, v in TensorProto.DataType.items()}
