@@ -86,3 +86,31 @@ def test_optimize_exports_compiled_cuda_program(tmp_path):
     assert library.is_file() and library.stat().st_size > 0
     for name in ("program.sdfgz", "session.sdfgz", "recipe.json", "weights.npz", "README.txt"):
         assert (out / name).is_file(), name
+
+
+def test_an_operator_output_nothing_reads_still_expands_for_the_gpu(tmp_path):
+    """TopK's indices unused: DaCe's GPU transformation, simplifying first, used to drop
+    their edge and the operator could not expand (StopIteration). The CUDA code is
+    generated and compiled; a recurrent layer is refused by name (no GPU kernels yet)."""
+    import onnx
+    from onnx import TensorProto, helper
+    from workbench.errors import UnsupportedCaseError
+    graph = helper.make_graph(
+        [helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=1),
+         helper.make_node("Relu", ["values"], ["y"])], "topk_unused",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])],
+        [helper.make_tensor("k", TensorProto.INT64, [1], [3])])
+    path = tmp_path / "topk.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    ws = workbench.open(str(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build = compile_sdfg(ws.sdfg, session_build_folder(f"{ws.build_slot}-gpu"), target="gpu")
+    assert "__global__" in "\n".join(p.read_text() for p in (build.folder / "src" / "cuda")
+                                     .glob("*.cu"))
+    assert compile_cuda(build, "sm_80").is_file()
+
+    gru = workbench.open("zoo:gru_classifier")
+    with pytest.raises(UnsupportedCaseError, match="no GPU implementation"):
+        compile_sdfg(gru.sdfg, session_build_folder(f"{gru.build_slot}-gpu"), target="gpu")

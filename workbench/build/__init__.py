@@ -169,7 +169,9 @@ def _expanded(sdfg, folder, target) -> dace.SDFG:
     program.build_folder = str(Path(folder) / program.name)
     if target == "gpu":  # before expansion, so operators expand for the GPU
         row_major_transients(program)
-        program.apply_gpu_transformations()
+        # without its simplify: dead dataflow elimination would drop the edge of an
+        # operator output nothing reads (GRU's Y), and the operator could not expand
+        program.apply_gpu_transformations(simplify=False)
     try:
         with building_for(target):
             program.expand_library_nodes(recursive=True)

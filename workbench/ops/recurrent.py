@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import dace
 
-from workbench.build.settings import blas_implementation
+from workbench.build.settings import blas_implementation, target
 from workbench.ops.accumulate import mapped_reduction, parallel
 from workbench.ops.layout_ops import _ENVIRONMENTS, _environment
 from workbench.ops.library_tasklet import library_tasklet
@@ -248,6 +248,8 @@ class Plan:
 
 
 def _recurrent(call, use_blas: bool):
+    if target() != "cpu":   # its gate kernels are C++ with x86 SIMD math, its small maps host loops
+        raise call.fail("LSTM, GRU and RNN have no GPU implementation yet; build for the CPU")
     plan = Plan(call)
     blas = blas_implementation() if use_blas else None
     if blas not in _ENVIRONMENTS or plan.dtype not in _BLAS:
