@@ -8,6 +8,7 @@ from workbench.importer.contracts import check_contracts
 from workbench.importer.fold import fold_constants
 from workbench.importer.half import compute_half_in_float
 from workbench.importer.load import check_model, load_model
+from workbench.importer.sequences import LOWERED_AT_IMPORT, lower_sequences, needs_lowering
 from workbench.importer.shapes import fix_input_shapes, infer_shapes, tensor_types
 from workbench.importer.to_sdfg import (FOLDED_AT_IMPORT, TensorInfo, build_sdfg, c_identifier,
                                        check_supported)
@@ -49,10 +50,11 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
             model = load_model(source, memory_budget)
             name = name or Path(source).stem
     # Fail on unsupported ops before any expensive work.
-    check_supported(model, allow=FOLDED_AT_IMPORT)
+    check_supported(model, allow=FOLDED_AT_IMPORT | LOWERED_AT_IMPORT)
     with progress.phase("shape inference"):
         fixed = fix_input_shapes(model, input_shapes)
-        inferred = infer_shapes(fixed, memory_budget=memory_budget)
+        lowered = lower_sequences(fixed).model if needs_lowering(fixed) else fixed
+        inferred = infer_shapes(lowered, memory_budget=memory_budget)
         check_contracts(inferred, tensor_types(inferred))
     with progress.phase("constant folding"):
         shapes = {name: shape for name, (_, shape) in tensor_types(inferred).items()}
