@@ -164,3 +164,22 @@ for (long long g = 0; g < (long long)start.size(); ++g) {{
 {f"for (long long r = 0; r < N; ++r) __{inverse}[r] = pos[group_of[r]];" if inverse else ""}
 """
     return _kernel(call, "unique", code)
+
+
+def unique_numpy(attrs: dict, x) -> list:
+    """Unique by the spec, for values known at import (importer/fold.py). onnx.reference
+    (1.23) gathers the unsorted result along axis 0 whatever the axis, and returns it sorted
+    when Y is the only output."""
+    import numpy as np
+    axis = attrs.get("axis")
+    data = x.ravel() if axis is None else x
+    axis = 0 if axis is None else axis % x.ndim
+    _, first, inverse, counts = np.unique(data, True, True, True, axis=axis)
+    inverse = inverse.reshape(-1)
+    if not attrs.get("sorted", 1):
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+    y = np.take(data, first, axis=axis)
+    return [y] + [np.asarray(v, dtype=np.int64) for v in (first, inverse, counts)]
