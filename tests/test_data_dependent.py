@@ -123,6 +123,44 @@ def test_nonzero_of_run_time_data_is_refused_by_name():
         import_model(model)
 
 
+def test_run_time_nonzero_and_nms_bounded_and_trimmed_match_onnxruntime():
+    """Inputs too big for the backend to bind: the sizes are known only at run time; the
+    program writes into the bound and a count, the backend keeps the first count."""
+    import onnxruntime as ort
+    model = _model(
+        [helper.make_node("NonZero", ["x"], ["y"]),
+         helper.make_node("NonMaxSuppression", ["b", "s", "k", "iou", "thr"], ["sel"])],
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in
+         [("x", F, [5, 20]), ("b", F, [1, 30, 4]), ("s", F, [1, 3, 30]), ("k", I64, [1]),
+          ("iou", F, [1]), ("thr", F, [1])]],
+        [helper.make_tensor_value_info("y", I64, [2, "n"]),
+         helper.make_tensor_value_info("sel", I64, ["m", 3])])
+    rng = np.random.default_rng(4)
+    corners = rng.uniform(0, 10, (1, 30, 2)).astype("f4")
+    x = rng.standard_normal((5, 20)).astype("f4")
+    feeds = {"x": np.where(x > 0.3, x, 0), "s": rng.uniform(0, 1, (1, 3, 30)).astype("f4"),
+             "b": np.concatenate([corners, corners + rng.uniform(1, 4, (1, 30, 2))], 2)
+             .astype("f4"), "k": np.array([5]), "iou": np.array([0.3], "f4"),
+             "thr": np.array([0.2], "f4")}
+    rep = WorkbenchBackend.prepare(model)
+    reference = ort.InferenceSession(model.SerializeToString())
+    for x in (feeds["x"], np.eye(5, 20, dtype="f4")):   # one program, two counts
+        feeds["x"] = x
+        got, want = rep.run(feeds), reference.run(None, feeds)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    assert rep.session.model.counted == {"y": ("y__count", 1), "sel": ("sel__count", 0)}
+
+
+def test_bounded_output_read_inside_the_graph_is_refused_by_name():
+    model = _model([helper.make_node("NonZero", ["x"], ["y"], name="nz"),
+                    helper.make_node("Neg", ["y"], ["z"])],
+                   [helper.make_tensor_value_info("x", F, [100])],
+                   [helper.make_tensor_value_info("z", I64, [1, "n"])])
+    with pytest.raises(UnsupportedCaseError, match=r"'nz' \(NonZero\)"):
+        import_model(model, bounded=True)
+
+
 def test_unique_and_nms_kernels_match_onnxruntime():
     rng = np.random.default_rng(3)
     corners = rng.uniform(0, 10, (2, 30, 2)).astype("f4")

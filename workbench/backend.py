@@ -17,6 +17,7 @@ from onnx import numpy_helper
 from onnx.backend.base import Backend, BackendRep
 
 from workbench.errors import ShapeError, UnsupportedCaseError, UnsupportedOpError
+from workbench.importer.data_dependent import keep_counted
 from workbench.importer.sequences import LOWERED_AT_IMPORT, assemble, lower_sequences, needs_lowering
 
 # Graph inputs up to this many elements are bound as initializers at run time.
@@ -50,6 +51,7 @@ class WorkbenchRep(BackendRep):
                                         for i in self.session.inputs})
         except (UnsupportedCaseError, UnsupportedOpError, ShapeError) as e:
             raise unittest.SkipTest(f"unsupported: {e}") from None
+        outputs = keep_counted(outputs, self.session.model.counted)
         if self.lowered is not None:
             outputs = assemble(self.lowered, outputs)
         return tuple(outputs[o.name] for o in self.model.graph.output)
@@ -81,7 +83,8 @@ class WorkbenchRep(BackendRep):
             lowered.bound = model
             model, feeds = lowered.model, {**feeds, **lowered.feeds}
         shapes = {k: list(v.shape) for k, v in feeds.items() if k not in small}
-        imported = import_model(model, input_shapes=shapes, name="case", fold=False)
+        imported = import_model(model, input_shapes=shapes, name="case", fold=False,
+                                bounded=True)
         return Session(imported, build_slot=self.build_slot), lowered
 
 

@@ -5,6 +5,7 @@ from pathlib import Path
 import onnx
 
 from workbench.importer.contracts import check_contracts
+from workbench.importer.data_dependent import bound_data_dependent
 from workbench.importer.fold import fold_constants
 from workbench.importer.half import compute_half_in_float
 from workbench.importer.load import check_model, load_model
@@ -26,10 +27,13 @@ class ImportedModel:
     reference_model: onnx.ModelProto  # the user's model with fixed input shapes
     folded_model: onnx.ModelProto     # what the SDFG was built from
     stats: dict = field(default_factory=dict)
+    # bounded output -> (count output, axis): keep the first count (importer/data_dependent.py)
+    counted: dict = field(default_factory=dict)
 
 
 def import_model(source, input_shapes: dict = None, name: str = None, prefer_blas: bool = None,
-                 fold: bool = True, progress=SILENT, memory_budget=None) -> ImportedModel:
+                 fold: bool = True, progress=SILENT, memory_budget=None,
+                 bounded: bool = False) -> ImportedModel:
     """Import an ONNX file path or ``ModelProto`` into an SDFG.
 
     ``prefer_blas`` (default: when a BLAS library is found) picks the BLAS
@@ -37,6 +41,8 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
     Constant, Shape and Size, so every other node runs as compiled code.
     ``memory_budget`` (bytes or "8G"; default ``$WORKBENCH_MEMORY_BUDGET`` or
     8 GiB) refuses models whose tensors would not fit, before allocating them.
+    ``bounded`` gives NonZero/NonMaxSuppression graph outputs whose size the data decides
+    an upper bound and a count output (``ImportedModel.counted``); the caller trims.
     """
     if prefer_blas is None:
         from workbench.build.settings import blas_implementation
@@ -70,13 +76,16 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
             n_folded += n_more
             folded, known = infer_shapes(again, known_more, memory_budget), known_more
     folded = compute_half_in_float(folded, tensor_types(folded))
+    counted = {}
+    if bounded:
+        folded, counted = bound_data_dependent(folded, tensor_types(folded))
     with progress.phase("build SDFG"):
         sdfg_name = c_identifier(f"wb_{name}", set())
         sdfg, inputs, outputs, weights = build_sdfg(folded, tensor_types(folded), sdfg_name,
                                                     prefer_blas, known)
     stats = {"nodes_in": len(model.graph.node), "nodes_folded": n_folded,
              "nodes": len(folded.graph.node)}
-    return ImportedModel(name, sdfg, inputs, outputs, weights, fixed, folded, stats)
+    return ImportedModel(name, sdfg, inputs, outputs, weights, fixed, folded, stats, counted)
 
 
 __all__ = ["ImportedModel", "TensorInfo", "import_model"]

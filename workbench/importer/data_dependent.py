@@ -1,10 +1,13 @@
-"""Why a tensor has no static shape, when an op's output size depends on the data.
+"""Ops whose output size depends on the data: bounds, counts, and refusals by name.
 
 NonZero, Unique, NonMaxSuppression, Compress and TopK produce as many
 elements as their input values decide. The importer runs them when those
 values are known at import (constants, or computed from constants: the
-output's size is then known too); with values computed at run time the
-size is not, and the node is refused by name, with what decides its size.
+output's size is then known too). With values computed at run time,
+NonZero and NonMaxSuppression outputs that are graph outputs no node reads
+can get an upper bound and a count output (``bound_data_dependent``, on
+request: the caller must keep the first ``count``, ``keep_counted``); any
+other such node is refused by name, with what decides its size.
 """
 from workbench.errors import ShapeError, UnsupportedCaseError
 
@@ -16,6 +19,11 @@ DATA_DEPENDENT = {
     "Compress": ("its condition", "the number of true conditions"),
     "TopK": ("k", "k"),
 }
+
+
+BOUND_HINT = {op: ", or, for a graph output no node reads, with an upper bound and a "
+                  "run-time count (import_model(bounded=True), as the ONNX backend does)"
+              for op in ("NonZero", "NonMaxSuppression")}
 
 
 def unknown_shape_error(model, missing: list) -> Exception:
@@ -32,7 +40,78 @@ def unknown_shape_error(model, missing: list) -> Exception:
                 node.name or f"{node.op_type}_{i}", node.op_type,
                 f"the size of its output '{hit[0]}' is {decides}, which {inputs} decide(s) "
                 f"at run time here. It runs when {inputs} are known at import (constants or "
-                f"computed from constants); a bound with a run-time count is not implemented")
+                f"computed from constants)" + BOUND_HINT.get(node.op_type, ""))
     return ShapeError(f"{len(missing)} tensor(s) have no static shape after inference and "
                       f"folding, e.g. {', '.join(missing[:5])}. Fix the input shapes "
                       f"(--shape) or simplify the model's shape computation.")
+
+
+# Op types run with an upper bound and a run-time count where their size is not known at
+# import: the bounded op type, the axis the count runs along.
+BOUNDED = {"NonZero": ("NonZeroBounded", 1), "NonMaxSuppression": ("NonMaxSuppressionBounded", 0)}
+DOMAIN = "workbench"
+
+
+def bound_data_dependent(model, types: dict):
+    """Give NonZero and NonMaxSuppression outputs with no static shape an upper bound and
+    a count, where the output is a graph output no node reads (the caller then keeps the
+    first ``count`` along the axis: a reader inside the graph would see the bound).
+    Returns (model, {output: (count output, axis)}); other nodes stay for the build to
+    refuse by name."""
+    from onnx import TensorProto, helper, numpy_helper
+    graph = model.graph
+    outputs = {o.name for o in graph.output}
+    read = {i for n in graph.node for i in n.input}
+    inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    counted, taken = {}, set(types) | {n.name for n in graph.node}
+    for pos, node in enumerate(graph.node):
+        if node.domain not in ("", "ai.onnx") or node.op_type not in BOUNDED:
+            continue
+        y = node.output[0]
+        if types.get(y, (0, None))[1] is not None or y not in outputs or y in read:
+            continue
+        shape = _bound(node, types, inits)
+        if shape is None:
+            continue
+        op, axis = BOUNDED[node.op_type]
+        count = f"{y}__count"
+        while count in taken:
+            count += "_"
+        taken.add(count)
+        bounded = helper.make_node(op, list(node.input), [y, count], name=node.name,
+                                   domain=DOMAIN)
+        bounded.attribute.extend(node.attribute)
+        graph.node[pos].CopyFrom(bounded)
+        target = next(o for o in graph.output if o.name == y)
+        target.type.CopyFrom(helper.make_tensor_type_proto(TensorProto.INT64, shape))
+        graph.output.append(helper.make_tensor_value_info(count, TensorProto.INT64, [1]))
+        counted[y] = (count, axis)
+    if counted and not any(o.domain == DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
+    return model, counted
+
+
+def _bound(node, types, inits):
+    """The output shape that holds every possible result, or None."""
+    import math
+    shapes = [types.get(i, (0, None))[1] if i else None for i in node.input]
+    if node.op_type == "NonZero":
+        x = shapes[0]
+        return None if not x else (len(x), math.prod(x))
+    boxes, scores = shapes[0], shapes[1]
+    if boxes is None or scores is None or len(boxes) != 3 or len(scores) != 3:
+        return None
+    per_class = boxes[1]
+    if len(node.input) > 2 and node.input[2] in inits:   # max_output_boxes_per_class
+        per_class = min(per_class, max(int(inits[node.input[2]].ravel()[0]), 0))
+    return (scores[0] * scores[1] * per_class, 3)
+
+
+def keep_counted(outputs: dict, counted: dict) -> dict:
+    """``outputs`` with each bounded output cut to the count the program wrote."""
+    import numpy as np
+    out = dict(outputs)
+    for name, (count, axis) in counted.items():
+        n = int(np.asarray(outputs[count]).ravel()[0])
+        out[name] = np.take(outputs[name], np.arange(n), axis=axis)
+    return out

@@ -1,12 +1,11 @@
-"""Ops whose output size depends on the data: Unique and NonMaxSuppression.
+"""Ops whose output size depends on the data: Unique, NonMaxSuppression, NonZero.
 
 Each runs as one C++ tasklet over whole arrays. The output arrays hold as
-many rows as the import found (the count is known at import when the inputs
-are: onnx's shape inference cannot tell it otherwise, and the importer then
-refuses the node by name, see importer/data_dependent.py). The kernel
-writes at most that many rows; it computes the count itself, so a kernel
-whose count disagreed would leave the remaining rows at -1 rather than read
-or write out of bounds.
+many rows as the import found: the exact count when the inputs are known
+at import, or an upper bound (the ``*Bounded`` op types, with a second
+output the kernel writes the count to, which the runner trims by; see
+importer/data_dependent.py). A kernel writes at most that many rows and
+sets the rows it leaves (NMS, NonZero) to -1; it never writes out of bounds.
 """
 import dace
 
@@ -72,6 +71,7 @@ def non_max_suppression(call):
     nc = call.shape(scores)[1]
     rows = call.shape(y)[0] if size_of(call.shape(y)) else 0
     max_out, iou, threshold = call.input(2), call.input(3), call.input(4)
+    count = call.output(1)
     code = f"""
 typedef {_ctype(call, boxes)} T;
 const bool CENTER = {int(call.attr("center_point_box", 0) == 1)};
@@ -105,8 +105,42 @@ for (int b = 0; b < {nb}; ++b) {{
 }}
 for (long long r = k; r < {rows}; ++r)
     __{y}[3 * r] = __{y}[3 * r + 1] = __{y}[3 * r + 2] = -1;
+{f"__{count}[0] = k < {rows} ? k : {rows};" if count else ""}
 """
     return _kernel(call, "non_max_suppression", code)
+
+
+@implements("NonMaxSuppressionBounded", internal=True)
+def non_max_suppression_bounded(call):
+    """NonMaxSuppression into as many rows as it can keep at most, and the count it kept
+    (output 1): the importer's bound for scores known only at run time (importer/
+    data_dependent.py); the runner keeps the first ``count`` rows."""
+    return non_max_suppression(call)
+
+
+@implements("NonZeroBounded", internal=True)
+def non_zero_bounded(call):
+    """The coordinates of the nonzero elements, in row-major order, into an output with a
+    column per element of the input, and how many there are (output 1)."""
+    x, y, count = call.input(0), call.output(0), call.output(1)
+    shape = call.shape(x)
+    n = size_of(shape)
+    if not shape:
+        raise call.fail("a 0-d input")
+    unravel = "\n".join(f"    __{y}[{d} * {n} + k] = (i / {size_of(shape[d + 1:])}) % {shape[d]};"
+                        for d in range(len(shape)))
+    code = f"""
+long long k = 0;
+for (long long i = 0; i < {n}; ++i) {{
+    if (!(__{x}[i] != 0)) continue;
+{unravel}
+    ++k;
+}}
+for (long long j = k; j < {n}; ++j)
+    for (int d = 0; d < {len(shape)}; ++d) __{y}[d * {n} + j] = -1;
+__{count}[0] = k;
+"""
+    return _kernel(call, "non_zero", code)
 
 
 @implements("Unique")
