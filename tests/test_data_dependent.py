@@ -129,27 +129,32 @@ def test_run_time_nonzero_and_nms_bounded_and_trimmed_match_onnxruntime():
     import onnxruntime as ort
     model = _model(
         [helper.make_node("NonZero", ["x"], ["y"]),
-         helper.make_node("NonMaxSuppression", ["b", "s", "k", "iou", "thr"], ["sel"])],
+         helper.make_node("NonMaxSuppression", ["b", "s", "k", "iou", "thr"], ["sel"]),
+         helper.make_node("Unique", ["x"], ["u", "", "inv", "cnt"], axis=1, sorted=0),
+         helper.make_node("Unique", ["x"], ["v"])],
         [helper.make_tensor_value_info(n, t, s) for n, t, s in
          [("x", F, [5, 20]), ("b", F, [1, 30, 4]), ("s", F, [1, 3, 30]), ("k", I64, [1]),
           ("iou", F, [1]), ("thr", F, [1])]],
-        [helper.make_tensor_value_info("y", I64, [2, "n"]),
-         helper.make_tensor_value_info("sel", I64, ["m", 3])])
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in
+         [("y", I64, [2, "n"]), ("sel", I64, ["m", 3]), ("u", F, [5, "u"]), ("inv", I64, [20]),
+          ("cnt", I64, ["u"]), ("v", F, ["v"])]])
     rng = np.random.default_rng(4)
     corners = rng.uniform(0, 10, (1, 30, 2)).astype("f4")
     x = rng.standard_normal((5, 20)).astype("f4")
+    x[:, 11] = x[:, 2]
     feeds = {"x": np.where(x > 0.3, x, 0), "s": rng.uniform(0, 1, (1, 3, 30)).astype("f4"),
              "b": np.concatenate([corners, corners + rng.uniform(1, 4, (1, 30, 2))], 2)
              .astype("f4"), "k": np.array([5]), "iou": np.array([0.3], "f4"),
              "thr": np.array([0.2], "f4")}
     rep = WorkbenchBackend.prepare(model)
     reference = ort.InferenceSession(model.SerializeToString())
-    for x in (feeds["x"], np.eye(5, 20, dtype="f4")):   # one program, two counts
+    for x in (feeds["x"], np.eye(5, 20, dtype="f4")):   # one program, other counts
         feeds["x"] = x
         got, want = rep.run(feeds), reference.run(None, feeds)
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
-    assert rep.session.model.counted == {"y": ("y__count", 1), "sel": ("sel__count", 0)}
+    assert {k: v[1] for k, v in rep.session.model.counted.items()} == {
+        "y": 1, "sel": 0, "u": 1, "cnt": 0, "v": 0}
 
 
 def test_bounded_output_read_inside_the_graph_is_refused_by_name():

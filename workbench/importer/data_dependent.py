@@ -4,7 +4,7 @@ NonZero, Unique, NonMaxSuppression, Compress and TopK produce as many
 elements as their input values decide. The importer runs them when those
 values are known at import (constants, or computed from constants: the
 output's size is then known too). With values computed at run time,
-NonZero and NonMaxSuppression outputs that are graph outputs no node reads
+NonZero, NonMaxSuppression and Unique outputs that are graph outputs no node reads
 can get an upper bound and a count output (``bound_data_dependent``, on
 request: the caller must keep the first ``count``, ``keep_counted``); any
 other such node is refused by name, with what decides its size.
@@ -21,9 +21,10 @@ DATA_DEPENDENT = {
 }
 
 
-BOUND_HINT = {op: ", or, for a graph output no node reads, with an upper bound and a "
+OUTPUTS = {"NonZero": 1, "NonMaxSuppression": 1, "Unique": 4}
+BOUND_HINT = {op: ", or, for graph outputs no node reads, with an upper bound and a "
                   "run-time count (import_model(bounded=True), as the ONNX backend does)"
-              for op in ("NonZero", "NonMaxSuppression")}
+              for op in ("NonZero", "NonMaxSuppression", "Unique")}
 
 
 def unknown_shape_error(model, missing: list) -> Exception:
@@ -47,14 +48,15 @@ def unknown_shape_error(model, missing: list) -> Exception:
 
 
 # Op types run with an upper bound and a run-time count where their size is not known at
-# import: the bounded op type, the axis the count runs along.
-BOUNDED = {"NonZero": ("NonZeroBounded", 1), "NonMaxSuppression": ("NonMaxSuppressionBounded", 0)}
+# import, and the internal op type that does (ops/data_dependent.py).
+BOUNDED = {"NonZero": "NonZeroBounded", "NonMaxSuppression": "NonMaxSuppressionBounded",
+           "Unique": "UniqueBounded"}
 DOMAIN = "workbench"
 
 
 def bound_data_dependent(model, types: dict):
-    """Give NonZero and NonMaxSuppression outputs with no static shape an upper bound and
-    a count, where the output is a graph output no node reads (the caller then keeps the
+    """Give NonZero, NonMaxSuppression and Unique outputs with no static shape an upper
+    bound and a count, where each is a graph output no node reads (the caller then keeps the
     first ``count`` along the axis: a reader inside the graph would see the bound).
     Returns (model, {output: (count output, axis)}); other nodes stay for the build to
     refuse by name."""
@@ -67,44 +69,66 @@ def bound_data_dependent(model, types: dict):
     for pos, node in enumerate(graph.node):
         if node.domain not in ("", "ai.onnx") or node.op_type not in BOUNDED:
             continue
+        bounds = _bounds(node, types, inits)   # output -> (bound shape, axis to trim)
+        sized = [o for o in bounds if o and types.get(o, (0, None))[1] is None]
+        if not sized or any(o not in outputs or o in read for o in sized):
+            continue
         y = node.output[0]
-        if types.get(y, (0, None))[1] is not None or y not in outputs or y in read:
-            continue
-        shape = _bound(node, types, inits)
-        if shape is None:
-            continue
-        op, axis = BOUNDED[node.op_type]
         count = f"{y}__count"
         while count in taken:
             count += "_"
         taken.add(count)
-        bounded = helper.make_node(op, list(node.input), [y, count], name=node.name,
-                                   domain=DOMAIN)
+        # the count comes after all of the op's outputs, present or not
+        outs = list(node.output) + [""] * (OUTPUTS[node.op_type] - len(node.output))
+        bounded = helper.make_node(BOUNDED[node.op_type], list(node.input), outs + [count],
+                                   name=node.name, domain=DOMAIN)
         bounded.attribute.extend(node.attribute)
         graph.node[pos].CopyFrom(bounded)
-        target = next(o for o in graph.output if o.name == y)
-        target.type.CopyFrom(helper.make_tensor_type_proto(TensorProto.INT64, shape))
+        for name, (shape, axis) in bounds.items():
+            if not name or axis is None:
+                continue
+            target = next(o for o in graph.output if o.name == name)
+            elem = target.type.tensor_type.elem_type or TensorProto.INT64
+            target.type.CopyFrom(helper.make_tensor_type_proto(elem, shape))
+            counted[name] = (count, axis)
         graph.output.append(helper.make_tensor_value_info(count, TensorProto.INT64, [1]))
-        counted[y] = (count, axis)
     if counted and not any(o.domain == DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     return model, counted
 
 
-def _bound(node, types, inits):
-    """The output shape that holds every possible result, or None."""
+def _bounds(node, types, inits) -> dict:
+    """Output name -> (a shape that holds every possible result, the axis the count runs
+    along; None: not trimmed), in output order; {} when an input shape is not static."""
     import math
     shapes = [types.get(i, (0, None))[1] if i else None for i in node.input]
     if node.op_type == "NonZero":
         x = shapes[0]
-        return None if not x else (len(x), math.prod(x))
+        return {node.output[0]: ((len(x), math.prod(x)), 1)} if x else {}
+    if node.op_type == "Unique":
+        x = shapes[0]
+        if not x:
+            return {}
+        attrs = {a.name: helper_value(a) for a in node.attribute}
+        axis = attrs.get("axis")
+        n = math.prod(x) if axis is None else x[axis % len(x)]
+        y = (n,) if axis is None else tuple(n if d == axis % len(x) else s
+                                            for d, s in enumerate(x))
+        outs = list(node.output) + [""] * (4 - len(node.output))
+        return dict(zip(outs, [(y, 0 if axis is None else axis % len(x)), ((n,), 0),
+                               ((n,), None), ((n,), 0)]))
     boxes, scores = shapes[0], shapes[1]
     if boxes is None or scores is None or len(boxes) != 3 or len(scores) != 3:
-        return None
+        return {}
     per_class = boxes[1]
     if len(node.input) > 2 and node.input[2] in inits:   # max_output_boxes_per_class
         per_class = min(per_class, max(int(inits[node.input[2]].ravel()[0]), 0))
-    return (scores[0] * scores[1] * per_class, 3)
+    return {node.output[0]: ((scores[0] * scores[1] * per_class, 3), 0)}
+
+
+def helper_value(attribute):
+    from onnx import helper
+    return helper.get_attribute_value(attribute)
 
 
 def keep_counted(outputs: dict, counted: dict) -> dict:

@@ -30,6 +30,14 @@ def _kernel(call, label: str, code: str):
     return sdfg
 
 
+def _check_shapes(call, expected: dict) -> None:
+    """The kernels index whole arrays by these shapes: anything else is refused."""
+    for conn, shape in expected.items():
+        if size_of(shape) and tuple(call.shape(conn)) != tuple(shape):
+            raise call.fail(f"output '{conn}' has shape {tuple(call.shape(conn))}, not "
+                            f"{tuple(shape)}")
+
+
 def _ctype(call, conn) -> str:
     return call.dtype(conn).ctype
 
@@ -72,6 +80,7 @@ def non_max_suppression(call):
     rows = call.shape(y)[0] if size_of(call.shape(y)) else 0
     max_out, iou, threshold = call.input(2), call.input(3), call.input(4)
     count = call.output(1)
+    _check_shapes(call, {c: s for c, s in {y: (rows, 3), count: (1,)}.items() if c})
     code = f"""
 typedef {_ctype(call, boxes)} T;
 const bool CENTER = {int(call.attr("center_point_box", 0) == 1)};
@@ -127,6 +136,7 @@ def non_zero_bounded(call):
     n = size_of(shape)
     if not shape:
         raise call.fail("a 0-d input")
+    _check_shapes(call, {y: (len(shape), n), count: (1,)})
     unravel = "\n".join(f"    __{y}[{d} * {n} + k] = (i / {size_of(shape[d + 1:])}) % {shape[d]};"
                         for d in range(len(shape)))
     code = f"""
@@ -155,8 +165,11 @@ def unique(call):
     else:
         axis = axis + len(shape) if axis < 0 else axis
         outer, n, inner = size_of(shape[:axis]), shape[axis], size_of(shape[axis + 1:])
-    y, first, inverse, counts = (call.output(k) for k in range(4))
+    y, first, inverse, counts, count = (call.output(k) for k in range(5))
     rows = call.shape(y)[axis or 0] if size_of(call.shape(y)) else 0
+    y_shape = (rows,) if axis is None else shape[:axis] + (rows,) + shape[axis + 1:]
+    expect = {y: y_shape, first: (rows,), counts: (rows,), inverse: (n,), count: (1,)}
+    _check_shapes(call, {c: s for c, s in expect.items() if c})
     code = f"""
 typedef {_ctype(call, x)} T;
 const long long OUTER = {outer}, N = {n}, INNER = {inner}, ROWS = {rows};
@@ -196,8 +209,16 @@ for (long long g = 0; g < (long long)start.size(); ++g) {{
     {f"__{counts}[k] = count[g];" if counts else ""}
 }}
 {f"for (long long r = 0; r < N; ++r) __{inverse}[r] = pos[group_of[r]];" if inverse else ""}
+{f"__{count}[0] = (long long)start.size();" if count else ""}
 """
     return _kernel(call, "unique", code)
+
+
+@implements("UniqueBounded", internal=True)
+def unique_bounded(call):
+    """Unique into outputs as long as the input along the axis, and the number of distinct
+    slices (output 4): the importer's bound for data known only at run time."""
+    return unique(call)
 
 
 def unique_numpy(attrs: dict, x) -> list:
