@@ -17,7 +17,7 @@ DATA_DEPENDENT = {
     "Unique": ("its input", "the number of distinct values"),
     "NonMaxSuppression": ("its boxes, scores and thresholds", "the number of boxes kept"),
     "Compress": ("its condition", "the number of true conditions"),
-    "TopK": ("k", "k"),
+    "TopK": ("its input 'k'", "k elements along the axis"),
 }
 
 
@@ -39,9 +39,9 @@ def unknown_shape_error(model, missing: list) -> Exception:
             inputs, decides = DATA_DEPENDENT[node.op_type]
             return UnsupportedCaseError(
                 node.name or f"{node.op_type}_{i}", node.op_type,
-                f"the size of its output '{hit[0]}' is {decides}, which {inputs} decide(s) "
-                f"at run time here. It runs when {inputs} are known at import (constants or "
-                f"computed from constants)" + BOUND_HINT.get(node.op_type, ""))
+                f"the size of its output '{hit[0]}' is {decides}, which depends on {inputs}, "
+                f"known here only at run time. It runs when {inputs} can be computed at "
+                f"import (from constants)" + BOUND_HINT.get(node.op_type, ""))
     return ShapeError(f"{len(missing)} tensor(s) have no static shape after inference and "
                       f"folding, e.g. {', '.join(missing[:5])}. Fix the input shapes "
                       f"(--shape) or simplify the model's shape computation.")
