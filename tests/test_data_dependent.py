@@ -15,7 +15,7 @@ import workbench
 from onnx_helpers import onnx_ops
 from workbench.backend import WorkbenchBackend
 from workbench.conformance import runner
-from workbench.errors import UnsupportedCaseError
+from workbench.errors import ShapeError, UnsupportedCaseError
 from workbench.importer import import_model
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
@@ -112,6 +112,14 @@ def test_sequence_position_computed_at_run_time_is_refused_by_name():
                     helper.make_tensor_value_info("p", I64, [])],
                    [helper.make_tensor_value_info("y", F, [1, 2])])
     with pytest.raises(UnsupportedCaseError, match=r"'pick' \(SequenceAt\).*position 'p'"):
+        import_model(model)
+
+
+def test_sequence_input_outside_the_backend_is_refused_clearly():
+    seq = helper.make_tensor_sequence_value_info
+    model = _model([helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)],
+                   [seq("s", F, None)], [helper.make_tensor_value_info("y", F, [None])])
+    with pytest.raises(ShapeError, match="graph input 's' is a sequence or an optional"):
         import_model(model)
 
 

@@ -66,6 +66,18 @@ def needs_lowering(model: onnx.ModelProto) -> bool:
         or any(not v.type.HasField("tensor_type") for v in list(g.input) + list(g.output))
 
 
+def check_tensor_inputs(model: onnx.ModelProto) -> None:
+    """A sequence or optional graph input needs its value to be lowered (``interface``):
+    say so before the input shapes are fixed, which assumes tensors."""
+    inits = {t.name for t in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name not in inits and not _is_tensor(vi):
+            raise ShapeError(f"graph input '{vi.name}' is a sequence or an optional; the "
+                             f"workbench takes tensor inputs only here (the ONNX backend "
+                             f"feeds sequences element by element). Export the model with "
+                             f"tensor inputs.")
+
+
 def assemble(lowered: Lowered, values: dict) -> dict:
     """Original output name -> array, list of arrays or None, from the tensor outputs."""
     def one(layout):
