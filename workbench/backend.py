@@ -7,7 +7,11 @@ because small graph inputs that act as shapes, axes or sizes are bound as
 constants then, as an exporter would have written them. Folding is limited
 to Constant/Shape/Size, so every other node runs as compiled code; an
 unsupported case (a dtype, a data-dependent shape) is a skip with its
-typed reason, never a wrong answer.
+typed reason, never a wrong answer. Sequence and optional inputs are fed
+element by element and their outputs reassembled (importer/sequences.py);
+NonZero, Unique and NonMaxSuppression outputs whose size the run-time data
+decide are bounded, and cut to the count the program wrote
+(importer/data_dependent.py).
 """
 import unittest
 

@@ -58,6 +58,7 @@ class Lowered:
     model: onnx.ModelProto
     outputs: dict
     feeds: dict = field(default_factory=dict)
+    bound: onnx.ModelProto = None   # the model lowered (to lower the next inputs alike)
 
 
 def needs_lowering(model: onnx.ModelProto) -> bool:
