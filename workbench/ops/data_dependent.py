@@ -97,7 +97,8 @@ for (int b = 0; b < {nb}; ++b) {{
         kept.clear();
         for (int i = 0; i < {n}; ++i)
             if ({f"s[i] > __{threshold}[0]" if threshold else "true"}) cand.push_back(i);
-        std::stable_sort(cand.begin(), cand.end(), [&](int p, int q) {{ return s[p] > s[q]; }});
+        std::stable_sort(cand.begin(), cand.end(), [&](int p, int q) {{  // NaN last
+            return s[p] > s[q] || (!std::isnan(s[p]) && std::isnan(s[q])); }});
         for (int i : cand) {{
             if ((long long)kept.size() >= max_out) break;
             bool keep = true;
@@ -156,7 +157,9 @@ __{count}[0] = k;
 @implements("Unique")
 def unique(call):
     """Unique slices along ``axis`` (elements when it is absent), sorted or in order of
-    first occurrence, with their first indices, the inverse map and the counts."""
+    first occurrence, with their first indices, the inverse map and the counts. NaNs
+    are one value, after every number, as numpy and onnx.reference have it (onnxruntime
+    1.2x leaves them out of Y: the spec says nothing)."""
     x = call.input(0)
     shape = call.shape(x)
     axis = call.attr("axis")
@@ -177,7 +180,9 @@ auto at = [&](long long o, long long r, long long i) {{ return __{x}[(o * N + r)
 auto less = [&](long long p, long long q) {{  // slice p before slice q, lexicographically
     for (long long o = 0; o < OUTER; ++o)
         for (long long i = 0; i < INNER; ++i) {{
-            T a = at(o, p, i), b = at(o, q, i);
+            T a = at(o, p, i), b = at(o, q, i);   // NaN after every number, equal to NaN
+            bool na = std::isnan((double)a), nb = std::isnan((double)b);
+            if (na || nb) {{ if (na != nb) return nb; continue; }}
             if (a < b) return true;
             if (b < a) return false;
         }}
@@ -228,8 +233,10 @@ def unique_numpy(attrs: dict, x) -> list:
     import numpy as np
     axis = attrs.get("axis")
     data = x.ravel() if axis is None else x
+    # without an axis numpy counts all NaNs as one value, as the kernel does
+    _, first, inverse, counts = np.unique(data, True, True, True,
+                                          axis=None if axis is None else axis % x.ndim)
     axis = 0 if axis is None else axis % x.ndim
-    _, first, inverse, counts = np.unique(data, True, True, True, axis=axis)
     inverse = inverse.reshape(-1)
     if not attrs.get("sorted", 1):
         order = np.argsort(first, kind="stable")
