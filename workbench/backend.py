@@ -22,7 +22,8 @@ from onnx.backend.base import Backend, BackendRep
 
 from workbench.errors import ShapeError, UnsupportedCaseError, UnsupportedOpError
 from workbench.importer.data_dependent import keep_counted
-from workbench.importer.sequences import LOWERED_AT_IMPORT, assemble, lower_sequences, needs_lowering
+from workbench.importer.sequences import (assemble, lower_sequences, lowered_op_types,
+                                          needs_lowering)
 
 # Graph inputs up to this many elements are bound as initializers at run time.
 BIND_MAX_ELEMENTS = 64
@@ -99,7 +100,7 @@ class WorkbenchBackend(Backend):
             raise unittest.SkipTest(f"device {device} is not supported (CPU only)")
         from workbench.importer.to_sdfg import FOLDED_AT_IMPORT, check_supported
         try:
-            check_supported(model, allow=FOLDED_AT_IMPORT | LOWERED_AT_IMPORT)
+            check_supported(model, allow=FOLDED_AT_IMPORT | lowered_op_types(model))
         except UnsupportedOpError as e:
             raise unittest.SkipTest(f"unsupported op types: {', '.join(e.missing)}") from None
         return WorkbenchRep(model, kwargs.get("build_slot", "onnx-backend"))

@@ -9,7 +9,7 @@ from workbench.importer.data_dependent import bound_data_dependent
 from workbench.importer.fold import fold_constants
 from workbench.importer.half import compute_half_in_float
 from workbench.importer.load import check_model, load_model
-from workbench.importer.sequences import (LOWERED_AT_IMPORT, check_tensor_inputs, lower_sequences,
+from workbench.importer.sequences import (check_tensor_inputs, lower_sequences, lowered_op_types,
                                           needs_lowering)
 from workbench.importer.shapes import fix_input_shapes, infer_shapes, tensor_types
 from workbench.importer.to_sdfg import (FOLDED_AT_IMPORT, TensorInfo, build_sdfg, c_identifier,
@@ -57,7 +57,7 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
             model = load_model(source, memory_budget)
             name = name or Path(source).stem
     # Fail on unsupported ops before any expensive work.
-    check_supported(model, allow=FOLDED_AT_IMPORT | LOWERED_AT_IMPORT)
+    check_supported(model, allow=FOLDED_AT_IMPORT | lowered_op_types(model))
     with progress.phase("shape inference"):
         check_tensor_inputs(model)
         fixed = fix_input_shapes(model, input_shapes)

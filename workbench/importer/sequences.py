@@ -63,7 +63,8 @@ class Lowered:
 
 def needs_lowering(model: onnx.ModelProto) -> bool:
     g = model.graph
-    return any(n.op_type in LOWERED_AT_IMPORT and n.domain in ("", "ai.onnx") for n in g.node) \
+    return any(n.op_type in LOWERED_AT_IMPORT and n.domain in ("", "ai.onnx")
+               or carries_sequences(n) for n in g.node) \
         or any(not v.type.HasField("tensor_type") for v in list(g.input) + list(g.output))
 
 
@@ -117,6 +118,7 @@ class _Lowering:
         self.taken |= {node.name for node in g.node}
         self.consts = {t.name: t for t in g.initializer}
         self.values = {}      # sequence name -> [tensor names]; absent optional -> ABSENT
+        self.known_values = {}  # tensor name -> value computed at import (conditions, counts)
         self.nodes, self.inits, self.inputs, self.feeds = [], [], [], {}
         self.interface = interface
 
@@ -215,7 +217,9 @@ class _Lowering:
     def node(self, node, label):
         op = node.op_type if node.domain in ("", "ai.onnx") else None
         fail = _Fail(label, node.op_type)
-        if op in LOWERED_AT_IMPORT or (op == "Identity" and node.input[0] in self.values):
+        if op in LOWERED_AT_IMPORT or (op == "Identity" and node.input[0] in self.values) \
+                or (op in ("If", "Loop") and (carries_sequences(node) or any(
+                    i in self.values for i in list(node.input) + sorted(_outer_reads(node))))):
             getattr(self, f"_{op}")(node, fail)
             return
         for name in node.input:
@@ -240,17 +244,39 @@ class _Lowering:
         return name
 
     def known(self, name, fail, what):
-        """The value of ``name`` when it is an initializer or a Constant's output."""
+        """The value of ``name`` when it follows from constants (initializers, Constant
+        nodes, and the nodes emitted so far that compute from them)."""
+        value = self.value_of(name)
+        if value is None:
+            raise fail(f"{what} '{name}' is computed at run time; it must be known at import "
+                       f"for the sequence's length and elements (or the branch taken) to be")
+        return value
+
+    def value_of(self, name, depth=0):
+        if name in self.known_values:
+            return self.known_values[name]
         t = self.consts.get(name)
         if t is not None:
             return numpy_helper.to_array(t)
-        for n in self.nodes:
-            if n.op_type == "Constant" and n.output[0] == name and n.attribute[0].name == "value":
-                return numpy_helper.to_array(n.attribute[0].t)
-            if n.op_type == "Constant" and n.output[0] == name:
-                return np.asarray(helper.get_attribute_value(n.attribute[0]))
-        raise fail(f"{what} '{name}' is computed at run time; it must be a constant known "
-                   f"at import for the sequence's length and elements to be known")
+        producer = next((n for n in reversed(self.nodes) if name in n.output), None)
+        if producer is None or depth > 64 or producer.op_type in ("If", "Loop", "Scan"):
+            return None
+        feeds = {}
+        for i in producer.input:
+            if i:
+                feeds[i] = self.value_of(i, depth + 1)
+                if feeds[i] is None or feeds[i].size > MAX_KNOWN_ELEMENTS:
+                    return None
+        from workbench.importer.fold import evaluate_node
+        opsets = {o.domain: o.version for o in self.src.opset_import}
+        try:
+            values = evaluate_node(producer, feeds, opsets)
+        except Exception:  # noqa: BLE001 (left to the compiled program)
+            return None
+        for out, v in zip(producer.output, values):
+            if out:
+                self.known_values[out] = np.asarray(v)
+        return self.known_values.get(name)
 
     def sequence(self, name, fail) -> list:
         value = self.values.get(name)
@@ -390,7 +416,7 @@ class _Lowering:
 
     def _SequenceMap(self, node, fail):
         body = next(a.g for a in node.attribute if a.name == "body")
-        seqs = [self.values.get(n) for n in node.input]
+        seqs = [self.values.get(n, n) for n in node.input]
         if not isinstance(seqs[0], list):
             raise fail(f"input '{node.input[0]}' is not a sequence known at import")
         n = len(seqs[0])
@@ -401,34 +427,103 @@ class _Lowering:
                 raise fail(f"input '{name}' is an absent optional")
         outs = [[] for _ in node.output]
         for k in range(n):
-            rename = {}
-            for formal, actual, s in zip(body.input, node.input, seqs):
-                rename[formal.name] = s[k] if isinstance(s, list) else actual
-            for t in body.initializer:
-                rename[t.name] = self.fresh(f"{t.name}__{k}")
-                copy = onnx.TensorProto()
-                copy.CopyFrom(t)
-                copy.name = rename[t.name]
-                self.inits.append(copy)
-                self.consts[copy.name] = copy
-            for inner in body.node:
-                clone = onnx.NodeProto()
-                clone.CopyFrom(inner)
-                for pos, name in enumerate(clone.input):
-                    clone.input[pos] = rename.get(name, name)
-                for pos, name in enumerate(clone.output):
-                    if name:
-                        rename[name] = self.fresh(f"{name}__{k}")
-                        clone.output[pos] = rename[name]
-                clone.name = self.fresh(f"{node.name or 'SequenceMap'}__{inner.name or inner.op_type}__{k}")
-                self.node(clone, clone.name)
-            for j, out in enumerate(body.output):
-                value = self.values.get(rename.get(out.name, out.name), rename.get(out.name, out.name))
+            values = self.inline(body, {f.name: s[k] if isinstance(s, list) else s
+                                        for f, s in zip(body.input, seqs)},
+                                 f"{node.name or 'SequenceMap'}__{k}")
+            for j, value in enumerate(values):
                 if not isinstance(value, str):
                     raise fail("its body returns a sequence or an optional per element")
                 outs[j].append(value)
         for name, elems in zip(node.output, outs):
             self.values[name] = elems
+
+    # --- If and Loop that carry sequences or optionals: inlined, unrolled --------------
+    def inline(self, body, bindings: dict, tag: str) -> list:
+        """Add ``body``'s nodes under fresh names, its inputs bound to ``bindings``
+        (formal name -> tensor name, sequence or ABSENT); the values of its outputs."""
+        rename = {}
+        for formal, value in bindings.items():
+            if not isinstance(value, str):
+                name = self.fresh(f"{formal}__{tag}")
+                self.values[name] = value
+                value = name
+            rename[formal] = value
+        for t in body.initializer:
+            copy = onnx.TensorProto()
+            copy.CopyFrom(t)
+            copy.name = rename[t.name] = self.fresh(f"{t.name}__{tag}")
+            self.inits.append(copy)
+            self.consts[copy.name] = copy
+        for inner in body.node:
+            clone = onnx.NodeProto()
+            clone.CopyFrom(inner)
+            for pos, name in enumerate(clone.input):
+                clone.input[pos] = rename.get(name, name)
+            for a in clone.attribute:   # nested bodies read the renamed names too
+                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    _rename_reads(g, rename)
+            for pos, name in enumerate(clone.output):
+                if name:
+                    clone.output[pos] = rename[name] = self.fresh(f"{name}__{tag}")
+            clone.name = self.fresh(f"{tag}__{inner.name or inner.op_type}")
+            self.node(clone, clone.name)
+        outs = []
+        for out in body.output:
+            name = rename.get(out.name, out.name)
+            outs.append(self.values.get(name, name))
+        return outs
+
+    def bind(self, name, value):
+        """Graph value ``name`` is ``value`` (a tensor name, a sequence or ABSENT)."""
+        if isinstance(value, str):
+            self.emit("Identity", [value], [name], f"{name}_bind")
+        else:
+            self.values[name] = value
+
+    def _If(self, node, fail):
+        """A condition known at import picks the branch, inlined."""
+        cond = bool(np.asarray(self.known(node.input[0], fail, "condition")).ravel()[0])
+        branch = next(a.g for a in node.attribute
+                      if a.name == ("then_branch" if cond else "else_branch"))
+        for name, value in zip(node.output, self.inline(branch, {}, node.name or "If")):
+            self.bind(name, value)
+
+    def _Loop(self, node, fail):
+        """A trip count and conditions known at import: the body unrolled, its carried values
+        (sequences included) passed from one copy to the next, scan outputs stacked."""
+        body = next(a.g for a in node.attribute if a.name == "body")
+        ins = list(node.input) + [""] * (2 - len(node.input))
+        trip = int(np.asarray(self.known(ins[0], fail, "trip count")).ravel()[0]) \
+            if ins[0] else None
+        cond = bool(np.asarray(self.known(ins[1], fail, "condition")).ravel()[0]) \
+            if ins[1] else True
+        carried = [self.values.get(n, n) for n in ins[2:]]
+        scans = [[] for _ in body.output[1 + len(carried):]]
+        label = node.name or "Loop"
+        i = 0
+        while cond and (trip is None or i < trip):
+            if i >= MAX_UNROLL:
+                raise fail(f"more than {MAX_UNROLL} iterations to unroll")
+            bindings = {body.input[0].name: self.const(np.array(i, np.int64), f"{label}_i{i}"),
+                        body.input[1].name: self.const(np.array(cond), f"{label}_cond{i}")}
+            bindings.update({f.name: v for f, v in zip(body.input[2:], carried)})
+            outs = self.inline(body, bindings, f"{label}__{i}")
+            cond = bool(np.asarray(self.known(outs[0], fail, "condition")).ravel()[0])
+            carried = outs[1:1 + len(carried)]
+            for parts, value in zip(scans, outs[1 + len(carried):]):
+                if not isinstance(value, str):
+                    raise fail("a scan output is a sequence or an optional")
+                parts.append(value)
+            i += 1
+        for name, value in zip(node.output, carried):
+            self.bind(name, value)
+        for name, parts in zip(node.output[len(carried):], scans):
+            if not parts:
+                raise fail(f"scan output '{name}' of no iterations has no shape")
+            stacked = [self.fresh(f"{p}__stacked") for p in parts]
+            for p, st in zip(parts, stacked):
+                self._unsqueeze(p, st, 0, node)
+            self.emit("Concat", stacked, [name], f"{label}_scan", axis=0)
 
     # --- optionals ----------------------------------------------------------------------
     def _Optional(self, node, fail):
@@ -454,6 +549,56 @@ class _Lowering:
         present = bool(src) and self.values.get(src) is not ABSENT
         self.emit("Constant", [], [node.output[0]], node.name or "OptionalHasElement",
                   value=numpy_helper.from_array(np.array(present)))
+
+
+# Unrolling stops here; values followed at import up to this size.
+MAX_UNROLL = 4096
+MAX_KNOWN_ELEMENTS = 4096
+
+
+def _graphs(node):
+    for a in node.attribute:
+        yield from ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))
+
+
+def carries_sequences(node) -> bool:
+    """A node with a body (at any depth) that holds a sequence or optional op."""
+    return any(n.domain in ("", "ai.onnx") and n.op_type in LOWERED_AT_IMPORT
+               or carries_sequences(n) for g in _graphs(node) for n in g.node)
+
+
+def lowered_op_types(model: onnx.ModelProto) -> set:
+    """The op types the importer lets through to this pass: the sequence and optional ops,
+    and If/Loop where one of them carries sequences."""
+    return LOWERED_AT_IMPORT | {n.op_type for n in model.graph.node
+                                if n.op_type in ("If", "Loop") and carries_sequences(n)}
+
+
+def _outer_reads(node) -> set:
+    """Names the bodies of ``node`` read from outside them."""
+    out = set()
+    for g in _graphs(node):
+        local = {i.name for i in g.input} | {t.name for t in g.initializer}
+        for n in g.node:
+            out |= {i for i in n.input if i and i not in local}
+            out |= _outer_reads(n) - local
+            local |= set(n.output)
+    return out
+
+
+def _rename_reads(graph, rename: dict) -> None:
+    """Rename the outer names ``graph`` (and the bodies in it) reads."""
+    local = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    for n in graph.node:
+        for pos, name in enumerate(n.input):
+            if name not in local and name in rename:
+                n.input[pos] = rename[name]
+        for g in _graphs(n):
+            _rename_reads(g, {k: v for k, v in rename.items() if k not in local})
+        local |= set(n.output)
+    for o in graph.output:
+        if o.name not in local and o.name in rename:
+            o.name = rename[o.name]
 
 
 class _Fail:
