@@ -308,7 +308,15 @@ class _Lowering:
             raise fail(f"the shape of '{name}' cannot be inferred ({e})") from None
         for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
             if vi.name == name and vi.type.tensor_type.elem_type:
-                return vi
+                try:
+                    _static(vi, name, fail)
+                    return vi
+                except UnsupportedCaseError:
+                    break
+        value = self.value_of(name)   # computed from constants: its value has the shape
+        if value is not None and value.dtype.kind in "biuf":
+            return helper.make_tensor_value_info(
+                name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
         raise fail(f"the type and shape of '{name}' are not known at import")
 
     # --- sequence ops (named _<OpType>) ---------------------------------------------------
