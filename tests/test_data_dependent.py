@@ -87,6 +87,41 @@ def test_sequence_map_inlined_per_element_matches_onnxruntime():
     assert report.match, report.text()
 
 
+def test_loop_and_if_carrying_sequences_unrolled_match_onnxruntime():
+    """A loop of constant trip count growing a sequence (unrolled, one copy per iteration,
+    with a scan output), and an If of constant condition choosing a sequence."""
+    n = helper.make_node
+    body = helper.make_graph(
+        [n("Identity", ["c_in"], ["c_out"]), n("Cast", ["i"], ["fi"], to=F),
+         n("Mul", ["x", "fi"], ["xi"]), n("SequenceInsert", ["s_in", "xi"], ["s_out"]),
+         n("Add", ["xi", "x"], ["scan"])], "body",
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+         helper.make_tensor_sequence_value_info("s_in", F, None)],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_sequence_value_info("s_out", F, None),
+         helper.make_tensor_value_info("scan", F, [2, 3])])
+    then = helper.make_graph([n("SequenceConstruct", ["x", "x"], ["pair"])], "then", [],
+                             [helper.make_tensor_sequence_value_info("pair", F, None)])
+    other = helper.make_graph([n("SequenceConstruct", ["x"], ["one"])], "else", [],
+                              [helper.make_tensor_sequence_value_info("one", F, None)])
+    model = _model(
+        [n("SequenceEmpty", [], ["empty"], dtype=F),
+         n("Loop", ["trips", "yes", "empty"], ["grown", "scans"], body=body),
+         n("ConcatFromSequence", ["grown"], ["y"], axis=1),
+         n("If", ["yes"], ["chosen"], then_branch=then, else_branch=other),
+         n("ConcatFromSequence", ["chosen"], ["z"], axis=0, new_axis=1)],
+        [helper.make_tensor_value_info("x", F, [2, 3])],
+        [helper.make_tensor_value_info("y", F, [2, 9]),
+         helper.make_tensor_value_info("scans", F, [3, 2, 3]),
+         helper.make_tensor_value_info("z", F, [2, 2, 3])],
+        [_const("trips", np.array(3)), _const("yes", np.array(True))])
+    ws = workbench.open(model)
+    assert not {n.op_type for n in onnx_ops(ws.sdfg)} & {"Loop", "If"}
+    report = ws.verify({"x": np.random.default_rng(5).standard_normal((2, 3)).astype("f4")})
+    assert report.match, report.text()
+
+
 def test_backend_feeds_sequences_and_optionals_element_by_element():
     seq = helper.make_tensor_sequence_value_info
     model = _model([helper.make_node("SequenceInsert", ["s", "t"], ["out"]),

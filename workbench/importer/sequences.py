@@ -11,6 +11,11 @@ optional's presence too, the graph is rewritten without them:
   SequenceLength a constant, ConcatFromSequence a Concat (with Unsqueeze for
   ``new_axis``), SplitToSequence a Split (with Squeeze for ``keepdims=0``);
 - SequenceMap's body is inlined once per element, under fresh names;
+- an If or Loop that carries sequences or optionals (its bodies hold their
+  ops, or read one from outside) is inlined: the branch its condition
+  (known at import) picks, or the body once per iteration of a trip count
+  and conditions known at import, carried values passed from copy to copy
+  and scan outputs stacked. Other If/Loop nodes are left to the importer;
 - an optional is its value or absent: Optional, OptionalGetElement and
   Identity pass it on, OptionalHasElement becomes a constant.
 
