@@ -70,7 +70,8 @@ def test_sequence_map_inlined_per_element_matches_onnxruntime():
         [helper.make_node("Mul", ["e", "w"], ["m"]), helper.make_node("Shape", ["e"], ["sh"])],
         "body", [helper.make_tensor_value_info("e", F, None),
                  helper.make_tensor_value_info("w", F, None)],
-        [helper.make_tensor_value_info("m", F, None), helper.make_tensor_value_info("sh", I64, None)])
+        [helper.make_tensor_value_info("m", F, None),
+         helper.make_tensor_value_info("sh", I64, None)])
     nodes = [helper.make_node("SplitToSequence", ["x", "sizes"], ["s"], axis=0),
              helper.make_node("SequenceMap", ["s", "w"], ["ms", "shapes"], body=body),
              helper.make_node("ConcatFromSequence", ["ms"], ["y"], axis=0),
@@ -129,7 +130,8 @@ def test_backend_feeds_sequences_and_optionals_element_by_element():
                    [seq("s", F, None), helper.make_tensor_value_info("t", F, [70]),
                     helper.make_value_info("o", helper.make_optional_type_proto(
                         helper.make_tensor_type_proto(F, [2])))],
-                   [seq("out", F, None), helper.make_tensor_value_info("has", TensorProto.BOOL, [])])
+                   [seq("out", F, None),
+                    helper.make_tensor_value_info("has", TensorProto.BOOL, [])])
     rng = np.random.default_rng(2)
     elems = [rng.standard_normal((70,)).astype("f4"), rng.standard_normal((70,)).astype("f4")]
     t = rng.standard_normal(70).astype("f4")

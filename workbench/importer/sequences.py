@@ -194,7 +194,8 @@ class _Lowering:
             names = []
             fail = _Fail(vo.name, "graph output")
             for i, t in enumerate(value if isinstance(value, list) else [value]):
-                name = self.fresh(f"{vo.name}__{i}" if isinstance(value, list) else vo.name + "__value")
+                name = self.fresh(f"{vo.name}__{i}" if isinstance(value, list)
+                                  else f"{vo.name}__value")
                 vi = self.inferred(t, fail)
                 self.nodes.append(helper.make_node("Identity", [t], [name],
                                                    name=self.fresh(f"{name}_out")))
@@ -334,7 +335,8 @@ class _Lowering:
     def _position(self, node, fail, n, insert):
         if len(node.input) < (3 if insert else 2) or not node.input[2 if insert else 1]:
             return n if insert else n - 1
-        pos = int(np.asarray(self.known(node.input[2 if insert else 1], fail, "position")).ravel()[0])
+        given = self.known(node.input[2 if insert else 1], fail, "position")
+        pos = int(np.asarray(given).ravel()[0])
         hi = n if insert else n - 1
         if not -n <= pos <= hi:
             raise fail(f"position {pos} is outside [-{n}, {hi}] for a sequence of {n}")

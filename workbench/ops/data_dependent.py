@@ -201,7 +201,8 @@ for (long long g = 0; g < (long long)start.size(); ++g) pos[g] = g;
 if (!{int(call.attr("sorted", 1))}) {{
     std::vector<long long> by_first(start.size());
     for (long long g = 0; g < (long long)start.size(); ++g) by_first[g] = g;
-    std::sort(by_first.begin(), by_first.end(), [&](long long p, long long q) {{ return start[p] < start[q]; }});
+    std::sort(by_first.begin(), by_first.end(),
+              [&](long long p, long long q) {{ return start[p] < start[q]; }});
     for (long long k = 0; k < (long long)by_first.size(); ++k) pos[by_first[k]] = k;
 }}
 for (long long g = 0; g < (long long)start.size(); ++g) {{
