@@ -264,8 +264,10 @@ class _Lowering:
         t = self.consts.get(name)
         if t is not None:
             return numpy_helper.to_array(t)
+        from workbench.importer.fold import NON_DETERMINISTIC, evaluate_node
         producer = next((n for n in reversed(self.nodes) if name in n.output), None)
-        if producer is None or depth > 64 or producer.op_type in ("If", "Loop", "Scan"):
+        if producer is None or depth > 64 or producer.op_type in ("If", "Loop", "Scan") \
+                or producer.op_type in NON_DETERMINISTIC or producer.domain not in ("", "ai.onnx"):
             return None
         feeds = {}
         for i in producer.input:
@@ -273,7 +275,6 @@ class _Lowering:
                 feeds[i] = self.value_of(i, depth + 1)
                 if feeds[i] is None or feeds[i].size > MAX_KNOWN_ELEMENTS:
                     return None
-        from workbench.importer.fold import evaluate_node
         opsets = {o.domain: o.version for o in self.src.opset_import}
         try:
             values = evaluate_node(producer, feeds, opsets)
