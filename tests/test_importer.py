@@ -209,18 +209,18 @@ def test_unknown_bundled_name():
 
 
 def _unsupported_model():
-    """Two NonMaxSuppression nodes and one op from a custom domain, among supported ops."""
-    f, i64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
+    """Two Multinomial nodes and one op from a custom domain, among supported ops."""
+    f, i32 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT32
     nodes = [helper.make_node("Relu", ["scores"], ["s"], name="relu"),
-             helper.make_node("NonMaxSuppression", ["boxes", "s"], ["keep_a"], name="nms_a"),
-             helper.make_node("NonMaxSuppression", ["boxes", "scores"], ["keep_b"], name="nms_b"),
+             helper.make_node("Multinomial", ["s"], ["keep_a"], name="nms_a"),
+             helper.make_node("Multinomial", ["scores"], ["keep_b"], name="nms_b"),
              helper.make_node("FancyOp", ["boxes"], ["fancy"], name="fancy", domain="com.example")]
     graph = helper.make_graph(
         nodes, "unsupported",
         [helper.make_tensor_value_info("boxes", f, [1, 3, 4]),
-         helper.make_tensor_value_info("scores", f, ["batch", 1, 3])],
-        [helper.make_tensor_value_info("keep_a", i64, [None, 3]),
-         helper.make_tensor_value_info("keep_b", i64, [None, 3]),
+         helper.make_tensor_value_info("scores", f, ["batch", 3])],
+        [helper.make_tensor_value_info("keep_a", i32, [None, 1]),
+         helper.make_tensor_value_info("keep_b", i32, [None, 1]),
          helper.make_tensor_value_info("fancy", f, [1, 3, 4])])
     return helper.make_model(graph, ir_version=8, opset_imports=[
         helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
@@ -239,12 +239,12 @@ def test_unsupported_ops_are_listed_at_once_before_any_build(monkeypatch):
         workbench.open(model)
     missing = err.value.missing
     assert len(missing) == 2, missing
-    nms = next(k for k in missing if "NonMaxSuppression" in k)
+    nms = next(k for k in missing if "Multinomial" in k)
     fancy = next(k for k in missing if "FancyOp" in k)
     assert sorted(missing[nms]) == ["nms_a", "nms_b"]
     assert missing[fancy] == ["fancy"]
     text = str(err.value)
-    for word in ("NonMaxSuppression", "FancyOp", "nms_a", "nms_b", "fancy"):
+    for word in ("Multinomial", "FancyOp", "nms_a", "nms_b", "fancy"):
         assert word in text
     assert "relu" not in missing and "Relu" not in missing
     assert _built_files() == before

@@ -5,9 +5,12 @@ from pathlib import Path
 import onnx
 
 from workbench.importer.contracts import check_contracts
+from workbench.importer.data_dependent import bound_data_dependent
 from workbench.importer.fold import fold_constants
 from workbench.importer.half import compute_half_in_float
 from workbench.importer.load import check_model, load_model
+from workbench.importer.sequences import (check_tensor_inputs, lower_sequences, lowered_op_types,
+                                          needs_lowering)
 from workbench.importer.shapes import fix_input_shapes, infer_shapes, tensor_types
 from workbench.importer.to_sdfg import (FOLDED_AT_IMPORT, TensorInfo, build_sdfg, c_identifier,
                                        check_supported)
@@ -25,10 +28,13 @@ class ImportedModel:
     reference_model: onnx.ModelProto  # the user's model with fixed input shapes
     folded_model: onnx.ModelProto     # what the SDFG was built from
     stats: dict = field(default_factory=dict)
+    # bounded output -> (count output, axis): keep the first count (importer/data_dependent.py)
+    counted: dict = field(default_factory=dict)
 
 
 def import_model(source, input_shapes: dict = None, name: str = None, prefer_blas: bool = None,
-                 fold: bool = True, progress=SILENT, memory_budget=None) -> ImportedModel:
+                 fold: bool = True, progress=SILENT, memory_budget=None,
+                 bounded: bool = False) -> ImportedModel:
     """Import an ONNX file path or ``ModelProto`` into an SDFG.
 
     ``prefer_blas`` (default: when a BLAS library is found) picks the BLAS
@@ -36,6 +42,8 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
     Constant, Shape and Size, so every other node runs as compiled code.
     ``memory_budget`` (bytes or "8G"; default ``$WORKBENCH_MEMORY_BUDGET`` or
     8 GiB) refuses models whose tensors would not fit, before allocating them.
+    ``bounded`` gives NonZero/NonMaxSuppression graph outputs whose size the data decides
+    an upper bound and a count output (``ImportedModel.counted``); the caller trims.
     """
     if prefer_blas is None:
         from workbench.build.settings import blas_implementation
@@ -49,10 +57,12 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
             model = load_model(source, memory_budget)
             name = name or Path(source).stem
     # Fail on unsupported ops before any expensive work.
-    check_supported(model, allow=FOLDED_AT_IMPORT)
+    check_supported(model, allow=FOLDED_AT_IMPORT | lowered_op_types(model))
     with progress.phase("shape inference"):
+        check_tensor_inputs(model)
         fixed = fix_input_shapes(model, input_shapes)
-        inferred = infer_shapes(fixed, memory_budget=memory_budget)
+        lowered = lower_sequences(fixed).model if needs_lowering(fixed) else fixed
+        inferred = infer_shapes(lowered, memory_budget=memory_budget)
         check_contracts(inferred, tensor_types(inferred))
     with progress.phase("constant folding"):
         shapes = {name: shape for name, (_, shape) in tensor_types(inferred).items()}
@@ -68,13 +78,16 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
             n_folded += n_more
             folded, known = infer_shapes(again, known_more, memory_budget), known_more
     folded = compute_half_in_float(folded, tensor_types(folded))
+    counted = {}
+    if bounded:
+        folded, counted = bound_data_dependent(folded, tensor_types(folded))
     with progress.phase("build SDFG"):
         sdfg_name = c_identifier(f"wb_{name}", set())
         sdfg, inputs, outputs, weights = build_sdfg(folded, tensor_types(folded), sdfg_name,
                                                     prefer_blas, known)
     stats = {"nodes_in": len(model.graph.node), "nodes_folded": n_folded,
              "nodes": len(folded.graph.node)}
-    return ImportedModel(name, sdfg, inputs, outputs, weights, fixed, folded, stats)
+    return ImportedModel(name, sdfg, inputs, outputs, weights, fixed, folded, stats, counted)
 
 
 __all__ = ["ImportedModel", "TensorInfo", "import_model"]

@@ -24,6 +24,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from workbench.importer.weightless import copy_fields
+from workbench.ops.data_dependent import unique_numpy
 from workbench.ops.quantize_linear import dequantize_numpy
 
 NON_DETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -184,7 +185,8 @@ def _gather_elements(attrs, data, indices):
 # DequantizeLinear: onnx.reference (1.23) has none before opset 19, where quantization
 # tools leave their weights; folded, the quantized models' weights are not dequantized on
 # every run.
-NUMPY_KERNELS = {"GatherElements": _gather_elements, "DequantizeLinear": dequantize_numpy}
+NUMPY_KERNELS = {"GatherElements": _gather_elements, "DequantizeLinear": dequantize_numpy,
+                 "Unique": unique_numpy}
 
 
 def evaluate_node(node: onnx.NodeProto, feeds: dict, opsets: dict) -> list:

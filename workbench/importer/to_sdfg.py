@@ -9,6 +9,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from workbench.errors import ShapeError, UnsupportedOpError
+from workbench.importer.data_dependent import unknown_shape_error
 from workbench.ops import registry
 from workbench.ops.node import OnnxOp
 
@@ -136,9 +137,7 @@ def build_sdfg(model: onnx.ModelProto, types: dict, name: str, prefer_blas: bool
     missing = sorted({t for n in graph.node for t in list(n.input) + list(n.output)
                       if t and (t not in types or types[t][1] is None)})
     if missing:
-        raise ShapeError(f"{len(missing)} tensor(s) have no static shape after inference and "
-                         f"folding, e.g. {', '.join(missing[:5])}. Fix the input shapes "
-                         f"(--shape) or simplify the model's shape computation.")
+        raise unknown_shape_error(model, missing)
     sdfg = dace.SDFG(name)
     state = sdfg.add_state("main", is_start_block=True)
     taken, infos, access = set(), {}, {}
