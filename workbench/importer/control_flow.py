@@ -222,12 +222,17 @@ def pin_control_flow_shapes(model, known: dict, fold: bool):
     values = _values(model, known)
     opsets = list(model.opset_import)
     pinned = {}
-    for node in model.graph.node:
+    for index, node in enumerate(model.graph.node):
         if not is_control_flow(node):
             continue
+        ins = [types.get(n, (0, None)) if n else (0, None) for n in node.input]
+        plan = plan_for(node, ins, types, values, opsets, model.ir_version, fold)
+        if node.op_type == "If" and plan is not None and len(plan.branches) == 1:
+            _inline_branch(model, index, node, _body(node, next(iter(plan.branches))))
+            return infer_shapes(model, known), 1
         if all(o and types.get(o, (0, None))[1] is not None for o in node.output if o):
             continue
-        outs = output_types(node, types, values, opsets, model.ir_version, fold)
+        outs = None if plan is None else plan.outputs
         if outs is None:
             continue
         for name, t in zip(node.output, outs):
@@ -245,6 +250,46 @@ def pin_control_flow_shapes(model, known: dict, fold: bool):
     model.graph.value_info.extend(helper.make_tensor_value_info(n, e, list(s))
                                   for n, (e, s) in pinned.items())
     return infer_shapes(model, known), len(pinned) or 1
+
+
+def _inline_branch(model, index: int, node, branch) -> None:
+    """Rule 2: replace If node ``index`` by the nodes of its taken ``branch`` (names the
+    branch defines that the model already uses get new ones), each output through an
+    Identity so the If's output names stay."""
+    graph = model.graph
+    used = {t.name for t in graph.initializer} | {i.name for i in graph.input}
+    for n in graph.node:
+        used.update(n.input)
+        used.update(n.output)
+    rename = {}
+    for name in [t.name for t in branch.initializer] + [o for n in branch.node for o in n.output]:
+        if name and name in used:
+            new, k = f"{name}__then", 1
+            while new in used:
+                new, k = f"{name}__then{k}", k + 1
+            rename[name] = new
+        used.add(rename.get(name, name))
+    nodes = []
+    for n in branch.node:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(n)
+        copy.input[:] = [rename.get(i, i) for i in n.input]
+        copy.output[:] = [rename.get(o, o) for o in n.output]
+        if copy.name:
+            copy.name = f"{node.name}/{copy.name}" if node.name else copy.name
+        nodes.append(copy)
+    for out, inner in zip(node.output, branch.output):
+        if out:
+            nodes.append(helper.make_node("Identity", [rename.get(inner.name, inner.name)], [out],
+                                          name=f"{node.name or 'If'}/{out}"))
+    for t in branch.initializer:
+        copy = onnx.TensorProto()
+        copy.CopyFrom(t)
+        copy.name = rename.get(t.name, t.name)
+        graph.initializer.append(copy)
+    rest = list(graph.node)
+    del graph.node[:]
+    graph.node.extend(rest[:index] + nodes + rest[index + 1:])
 
 
 def _values(model, known) -> dict:
