@@ -134,8 +134,7 @@ class Body:
                 elem, shape = types[name]
                 g.input.append(helper.make_tensor_value_info(name, elem, list(shape)))
             else:
-                raise ShapeError(f"tensor '{name}', read inside the body '{graph.name}', has no "
-                                 f"static shape. Fix the input shapes (--shape).")
+                raise _Open()   # not static yet (or never: the importer then says which)
         self.passed = [n for n in self.outer if n not in self.bound]
         g.output.extend(graph.output)
         model = helper.make_model(g, opset_imports=opsets)
@@ -410,17 +409,19 @@ def _passes_condition(graph, body) -> bool:
     name = graph.output[0].name
     cond_in = graph.input[1].name
     producers = {o: n for n in graph.node for o in n.output}
-    while name != cond_in:
+    constants = {t.name: t for t in body.model.graph.initializer}
+    while True:
+        value = body.known.get(name, body.bound.get(name))
+        if value is None and name in constants:
+            value = numpy_helper.to_array(constants[name])
+        if value is not None:
+            return value.size == 1 and bool(value.ravel()[0])
+        if name == cond_in:
+            return True
         node = producers.get(name)
-        if node is not None and node.op_type == "Identity":
-            name = node.input[0]
-            continue
-        value = body.known.get(name)
-        if value is None:
-            value = next((numpy_helper.to_array(t) for t in body.model.graph.initializer
-                          if t.name == name), None)
-        return value is not None and value.size == 1 and bool(value.ravel()[0])
-    return True
+        if node is None or node.op_type != "Identity":
+            return False
+        name = node.input[0]
 
 
 class ScanPlan:
@@ -486,8 +487,9 @@ def add_control_flow(scope: Scope, node, label: str) -> dict:
     plan = plan_for(node, ins, scope.types, scope.values, scope.opsets, scope.ir_version,
                     scope.fold)
     if plan is None:
-        raise ShapeError(f"node '{node.name or node.op_type}' ({node.op_type}): an input has no "
-                         f"static shape. Fix the input shapes (--shape).")
+        raise ShapeError(f"node '{node.name or node.op_type}' ({node.op_type}): an input, or a "
+                         f"tensor its bodies read, has no static shape. Fix the input shapes "
+                         f"(--shape).")
     inner = _Inner(label, scope)
     if node.op_type == "If":
         _build_if(inner, plan, node)
@@ -628,7 +630,7 @@ def _build_loop(inner, plan, node):
     if c_name:
         _copy(init, inner.read(c_name), cond, sdfg)
     else:
-        _set_from_symbol(init, cond, "true", sdfg)
+        _set_from_symbol(init, cond, "True", sdfg)
     # the body's outputs go to fresh arrays; the carry state copies them back
     graph = body.graph
     b_cond = inner.transient("cond_out", (1,), dace.bool_)
