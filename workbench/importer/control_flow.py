@@ -526,6 +526,11 @@ class _Inner:
         self.writes[position] = (onnx_name, name)
         return name
 
+    def loop_symbol(self) -> str:
+        """The iteration variable: named after the enclosing SDFGs and this node, so that
+        loops nested in bodies keep distinct variables when DaCe inlines them."""
+        return f"it_{self.scope.sdfg.name}_{self.sdfg.name}"
+
     def transient(self, hint, shape, dtype) -> str:
         return self.sdfg.add_array(hint, shape or (1,), dtype, transient=True,
                                    find_new_name=True)[0]
@@ -611,6 +616,7 @@ def _set_from_symbol(state, arr: str, expr: str, sdfg):
 
 def _build_loop(inner, plan, node):
     sdfg = inner.sdfg
+    i = inner.loop_symbol()
     n = len(node.input) - 2
     body = plan.body
     m_name = node.input[0]
@@ -640,7 +646,7 @@ def _build_loop(inner, plan, node):
     for k, (e, s) in enumerate(plan.outputs[n:]):
         b_scans.append(inner.transient(f"step{k}", s[1:], _dtype(e)))
     first = sdfg.add_state("loop_iter")
-    _set_from_symbol(first, it, "cf_i", sdfg)
+    _set_from_symbol(first, it, i, sdfg)
     run = sdfg.add_state_after(first, "loop_body")
     inner.place(run, body, f"{sdfg.name}_body", [it, cond] + carried,
                 [b_cond] + b_carried + b_scans)
@@ -652,20 +658,21 @@ def _build_loop(inner, plan, node):
         if arr is None:
             continue
         shape = plan.outputs[n + k][1][1:]
-        _copy_slice(carry, b_scans[k], arr, shape, None, 0, "cf_i", sdfg)
+        _copy_slice(carry, b_scans[k], arr, shape, None, 0, i, sdfg)
     terms = []
     if m_name:
-        terms.append(f"cf_i < {plan.trips}" if plan.trips is not None
-                     else f"cf_i < {inner.read(m_name)}[0]")
+        terms.append(f"{i} < {plan.trips}" if plan.trips is not None
+                     else f"{i} < {inner.read(m_name)}[0]")
     if not (plan.passes_cond and plan.cond_known_true):
         terms.append(f"{cond}[0]")
     after = sdfg.add_state("loop_end")
-    sdfg.add_loop(init, first, after, "cf_i", "0", " and ".join(f"({t})" for t in terms),
-                  "cf_i + 1", carry)
+    sdfg.add_loop(init, first, after, i, "0", " and ".join(f"({t})" for t in terms),
+                  f"{i} + 1", carry)
 
 
 def _build_scan(inner, plan, node):
     sdfg = inner.sdfg
+    t = inner.loop_symbol()
     n, m, length = plan.n, plan.m, plan.length
     outs = [inner.write(k, o) if o else None for k, o in enumerate(node.output)]
     carried = outs[:n]
@@ -682,7 +689,7 @@ def _build_scan(inner, plan, node):
         src = inner.read(node.input[n + j])
         e, s = plan.body.types[plan.body.graph.input[n + j].name]
         dst = inner.transient(f"slice{j}", s, _dtype(e))
-        at = f"({length - 1} - cf_t)" if plan.in_dirs[j] else "cf_t"
+        at = f"({length - 1} - {t})" if plan.in_dirs[j] else t
         _copy_slice(first, src, dst, tuple(s), plan.in_axes[j], None, at, sdfg, read=True)
         slices.append(dst)
     b_carried = [inner.transient(f"next{k}", plan.outputs[k][1], _dtype(plan.outputs[k][0]))
@@ -699,11 +706,11 @@ def _build_scan(inner, plan, node):
     for k, arr in enumerate(outs[n:]):
         if arr is None:
             continue
-        at = f"({length - 1} - cf_t)" if plan.out_dirs[k] else "cf_t"
+        at = f"({length - 1} - {t})" if plan.out_dirs[k] else t
         _copy_slice(carry, b_scans[k], arr, tuple(per_step[k][1]), None, plan.out_axes[k], at,
                     sdfg)
     after = sdfg.add_state("scan_end")
-    sdfg.add_loop(init, first, after, "cf_t", "0", f"cf_t < {length}", "cf_t + 1", carry)
+    sdfg.add_loop(init, first, after, t, "0", f"{t} < {length}", f"{t} + 1", carry)
 
 
 def _copy_slice(state, src, dst, shape, src_axis, dst_axis, at, sdfg, read=False):
