@@ -89,7 +89,8 @@ def unsupported_in_bodies(node, is_supported) -> dict:
                 for k, v in unsupported_in_bodies(sub, is_supported).items():
                     missing.setdefault(k, []).extend(v)
             elif not is_supported(sub.op_type, sub.domain):
-                key = sub.op_type if sub.domain in ("", "ai.onnx") else f"{sub.domain}::{sub.op_type}"
+                key = (sub.op_type if sub.domain in ("", "ai.onnx")
+                       else f"{sub.domain}::{sub.op_type}")
                 missing.setdefault(key, []).append(sub.name or f"{g.name}#{i}")
     return missing
 
@@ -147,12 +148,11 @@ class Body:
     def output_types(self) -> list:
         return [self.types.get(o.name, (None, None)) for o in self.graph.output]
 
-    def build(self, name: str, prefer_blas: bool):
+    def build(self, name: str, scope):
         """(sdfg, input array per formal input, per passed outer name, output arrays,
-        weights) of the body."""
-        from workbench.importer.to_sdfg import build_sdfg
-        sdfg, ins, outs, weights = build_sdfg(self.model, self.types, name, prefer_blas,
-                                              self.known, fold=self.fold)
+        weights) of the body, built by the importer that ``scope`` comes from."""
+        sdfg, ins, outs, weights = scope.build(self.model, self.types, name, scope.prefer_blas,
+                                               self.known, fold=self.fold)
         by_name = {i.onnx_name: i.sdfg_name for i in ins}
         formal = [by_name[vi.name] for vi in self.graph.input]
         passed = [by_name[n] for n in self.passed]
@@ -470,10 +470,12 @@ def _opset(opsets) -> int:
 
 class Scope:
     """What the importing ``build_sdfg`` offers a control flow node: its types and
-    values, access nodes of its tensors, and new outer arrays for lifted weights."""
+    values, access nodes of its tensors, new outer arrays for lifted weights, and
+    itself (``build``, with its ``identifier`` and ``dtypes``) for the bodies."""
 
     def __init__(self, sdfg, state, node_for, array_of, new_array, types, values, opsets,
-                 ir_version, prefer_blas, fold):
+                 ir_version, prefer_blas, fold, build, identifier, dtypes):
+        self.build, self.identifier, self.dtypes = build, identifier, dtypes
         self.sdfg, self.state, self.node_for, self.array_of = sdfg, state, node_for, array_of
         self.new_array = new_array
         self.types, self.values, self.opsets = types, values, opsets
@@ -513,18 +515,19 @@ class _Inner:
     def read(self, onnx_name: str) -> str:
         """The inner array reading outer tensor ``onnx_name`` (one connector each)."""
         if onnx_name not in self.reads:
-            desc = self.scope.sdfg.arrays[self.scope.array_of(onnx_name)]
-            name = self.sdfg.add_array(f"in_{_ident(onnx_name)}", desc.shape, desc.dtype,
-                                       find_new_name=True)[0]
-            self.reads[onnx_name] = name
+            self.reads[onnx_name] = self._array("in", onnx_name)
         return self.reads[onnx_name]
 
     def write(self, position: int, onnx_name: str) -> str:
-        desc = self.scope.sdfg.arrays[self.scope.array_of(onnx_name)]
-        name = self.sdfg.add_array(f"out_{_ident(onnx_name)}", desc.shape, desc.dtype,
-                                   find_new_name=True)[0]
+        name = self._array("out", onnx_name)
         self.writes[position] = (onnx_name, name)
         return name
+
+    def _array(self, prefix: str, onnx_name: str) -> str:
+        """A connector array shaped as outer tensor ``onnx_name``."""
+        desc = self.scope.sdfg.arrays[self.scope.array_of(onnx_name)]
+        hint = f"{prefix}_{self.scope.identifier(onnx_name, set())[:40]}"
+        return self.sdfg.add_array(hint, desc.shape, desc.dtype, find_new_name=True)[0]
 
     def loop_symbol(self) -> str:
         """The iteration variable: named after the enclosing SDFGs and this node, so that
@@ -532,13 +535,16 @@ class _Inner:
         return f"it_{self.scope.sdfg.name}_{self.sdfg.name}"
 
     def transient(self, hint, shape, dtype) -> str:
+        """A new transient; ``dtype`` a DaCe type or an ONNX element type."""
+        if not isinstance(dtype, dace.typeclass):
+            dtype = self.scope.dtypes[dtype]
         return self.sdfg.add_array(hint, shape or (1,), dtype, transient=True,
                                    find_new_name=True)[0]
 
     def place(self, state, body, name, formal_arrays: list, output_arrays: list):
         """Import ``body`` as a nested SDFG in ``state``: formal input k reads inner array
         ``formal_arrays[k]``, output k writes ``output_arrays[k]``."""
-        bsdfg, formal, passed, outputs, weights = body.build(name, self.scope.prefer_blas)
+        bsdfg, formal, passed, outputs, weights = body.build(name, self.scope)
         inputs = {}
         for conn, arr in zip(formal, formal_arrays):
             inputs[conn] = arr
@@ -584,9 +590,6 @@ class _Inner:
         return lifted
 
 
-def _ident(name: str) -> str:
-    from workbench.importer.to_sdfg import c_identifier
-    return c_identifier(name, set())[:40]
 
 
 def _build_if(inner, plan, node):
@@ -626,7 +629,7 @@ def _build_loop(inner, plan, node):
     for k in range(n):   # an unused final value still needs an array to carry it
         if carried[k] is None:
             t = plan.outputs[k]
-            carried[k] = inner.transient(f"carry{k}", t[1], _dtype(t[0]))
+            carried[k] = inner.transient(f"carry{k}", t[1], t[0])
     scans = outs[n:]
     init = sdfg.add_state("loop_init", is_start_block=True)
     it = inner.transient("iter", (1,), dace.int64)
@@ -638,13 +641,12 @@ def _build_loop(inner, plan, node):
     else:
         _set_from_symbol(init, cond, "True", sdfg)
     # the body's outputs go to fresh arrays; the carry state copies them back
-    graph = body.graph
     b_cond = inner.transient("cond_out", (1,), dace.bool_)
-    b_carried = [inner.transient(f"next{k}", plan.outputs[k][1], _dtype(plan.outputs[k][0]))
+    b_carried = [inner.transient(f"next{k}", plan.outputs[k][1], plan.outputs[k][0])
                  for k in range(n)]
     b_scans = []
     for k, (e, s) in enumerate(plan.outputs[n:]):
-        b_scans.append(inner.transient(f"step{k}", s[1:], _dtype(e)))
+        b_scans.append(inner.transient(f"step{k}", s[1:], e))
     first = sdfg.add_state("loop_iter")
     _set_from_symbol(first, it, i, sdfg)
     run = sdfg.add_state_after(first, "loop_body")
@@ -679,7 +681,7 @@ def _build_scan(inner, plan, node):
     for k in range(n):
         if carried[k] is None:
             t = plan.outputs[k]
-            carried[k] = inner.transient(f"carry{k}", t[1], _dtype(t[0]))
+            carried[k] = inner.transient(f"carry{k}", t[1], t[0])
     init = sdfg.add_state("scan_init", is_start_block=True)
     for k in range(n):
         _copy(init, inner.read(node.input[k]), carried[k], sdfg)
@@ -688,16 +690,16 @@ def _build_scan(inner, plan, node):
     for j in range(m):
         src = inner.read(node.input[n + j])
         e, s = plan.body.types[plan.body.graph.input[n + j].name]
-        dst = inner.transient(f"slice{j}", s, _dtype(e))
+        dst = inner.transient(f"slice{j}", s, e)
         at = f"({length - 1} - {t})" if plan.in_dirs[j] else t
         _copy_slice(first, src, dst, tuple(s), plan.in_axes[j], None, at, sdfg, read=True)
         slices.append(dst)
-    b_carried = [inner.transient(f"next{k}", plan.outputs[k][1], _dtype(plan.outputs[k][0]))
+    b_carried = [inner.transient(f"next{k}", plan.outputs[k][1], plan.outputs[k][0])
                  for k in range(n)]
     b_scans = []
     per_step = plan.body.output_types()[n:]
     for k, (e, s) in enumerate(per_step):
-        b_scans.append(inner.transient(f"step{k}", s, _dtype(e)))
+        b_scans.append(inner.transient(f"step{k}", s, e))
     run = sdfg.add_state_after(first, "scan_body")
     inner.place(run, plan.body, f"{sdfg.name}_body", carried + slices, b_carried + b_scans)
     carry = sdfg.add_state_after(run, "scan_carry")
@@ -731,8 +733,3 @@ def _copy_slice(state, src, dst, shape, src_axis, dst_axis, at, sdfg, read=False
         return
     mapped_tasklet(state, f"slice_{src}_{dst}", ranges, {"v": dace.Memlet(f"{src}[{s_idx}]")},
                    "o = v", {"o": dace.Memlet(f"{dst}[{d_idx}]")})
-
-
-def _dtype(elem):
-    from workbench.importer.to_sdfg import DTYPES
-    return DTYPES[elem]

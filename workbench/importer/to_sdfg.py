@@ -9,6 +9,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from workbench.errors import ShapeError, UnsupportedOpError
+from workbench.importer import control_flow
 from workbench.ops import registry
 from workbench.ops.node import OnnxOp
 
@@ -59,13 +60,13 @@ FOLDED_AT_IMPORT = {"Constant", "Shape", "Size"}
 
 def check_supported(model: onnx.ModelProto, allow=()) -> None:
     """Raise one error listing every unsupported op type with its nodes."""
-    from workbench.importer.control_flow import is_control_flow, unsupported_in_bodies
     missing = {}
     for i, node in enumerate(model.graph.node):
         if node.op_type in allow and node.domain in ("", "ai.onnx"):
             continue
-        if is_control_flow(node):  # supported as control flow when its bodies are
-            for key, names in unsupported_in_bodies(node, registry.is_supported).items():
+        if control_flow.is_control_flow(node):  # supported when its bodies are
+            for key, names in control_flow.unsupported_in_bodies(node,
+                                                                 registry.is_supported).items():
                 missing.setdefault(key, []).extend(names)
             continue
         if not registry.is_supported(node.op_type, node.domain):
@@ -138,7 +139,6 @@ def build_sdfg(model: onnx.ModelProto, types: dict, name: str, prefer_blas: bool
     nodes become nested SDFGs with control flow (importer/control_flow.py); ``fold``
     is how their bodies are folded.
     """
-    from workbench.importer import control_flow
     graph = model.graph
     check_supported(model)
     missing = sorted({t for n in graph.node for t in list(n.input) + list(n.output)
@@ -189,7 +189,8 @@ def build_sdfg(model: onnx.ModelProto, types: dict, name: str, prefer_blas: bool
             values = control_flow._values(model, known or {})
             scope = control_flow.Scope(sdfg, state, node_for, lambda t: tensor(t).sdfg_name,
                                        new_array, types, values, list(model.opset_import),
-                                       model.ir_version, prefer_blas, fold)
+                                       model.ir_version, prefer_blas, fold, build_sdfg,
+                                       c_identifier, DTYPES)
             lifted.update(control_flow.add_control_flow(
                 scope, node, c_identifier(onnx_name, node_names)))
             continue
