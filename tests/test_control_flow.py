@@ -117,11 +117,13 @@ def test_loop_ended_by_its_condition_at_run_time():
 
 def test_loops_nested_with_a_trip_count_read_at_run_time():
     """The outer loop runs M times (M an input: known only at run time), the inner one 3
-    times; each inner step adds the outer iteration number and x, from two scopes up."""
+    times; each inner step adds the outer iteration number and x and scales by ``scale``
+    (an input and an initializer read two scopes up)."""
     inner = helper.make_graph([
         helper.make_node("Cast", ["i"], ["i_f"], to=F),
         helper.make_node("Add", ["v_in", "i_f"], ["v1"]),
-        helper.make_node("Add", ["v1", "x"], ["v_out"]),
+        helper.make_node("Add", ["v1", "x"], ["v2"]),
+        helper.make_node("Mul", ["v2", "scale"], ["v_out"]),
         helper.make_node("Identity", ["ic_in"], ["ic_out"]),
     ], "inner", [vi("j", [], T.INT64), vi("ic_in", [], T.BOOL), vi("v_in", [2])],
         [vi("ic_out", [], T.BOOL), vi("v_out", [2])])
@@ -133,7 +135,8 @@ def test_loops_nested_with_a_trip_count_read_at_run_time():
         [vi("c_out", [], T.BOOL), vi("acc_out", [2])])
     loop = helper.make_node("Loop", ["M", "", "acc0"], ["acc"], name="outer_loop", body=outer)
     m = model([loop], [vi("M", [], T.INT64), vi("acc0", [2]), vi("x", [2])], [vi("acc", [2])],
-              inits=[("three", np.array(3, np.int64))])
+              inits=[("three", np.array(3, np.int64)),
+                     ("scale", np.array([0.5, -1], np.float32))])
     ws = workbench.open(m)
     for trips in (0, 2, 5):
         check(ws, m, {"M": np.array(trips, np.int64), "acc0": np.array([1, -1], np.float32),
