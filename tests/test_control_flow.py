@@ -251,6 +251,46 @@ def test_scan_with_axes_and_directions():
     check(ws, m, {k: v.astype(np.float32) for k, v in feeds.items()})
 
 
+# ---------------------------------------------------------------- transformations in bodies
+
+def test_auto_recipe_rewrites_operators_inside_bodies_and_keeps_the_results():
+    """A Loop body of the shapes the recipes rewrite (a transposed weight into MatMul,
+    bias and ReLU epilogue, softmax, reshapes, an element-wise chain, a dead branch),
+    with the step's row sums as a scan output."""
+    body = helper.make_graph([
+        helper.make_node("Transpose", ["W"], ["wt"], perm=[1, 0]),
+        helper.make_node("MatMul", ["h_in", "wt"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["a"]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Softmax", ["r"], ["p"], axis=-1),
+        helper.make_node("Reshape", ["p", "flat"], ["pf"]),
+        helper.make_node("Reshape", ["pf", "square"], ["p2"]),
+        helper.make_node("Mul", ["p2", "x"], ["px"]),
+        helper.make_node("Add", ["px", "h_in"], ["h_out"]),
+        helper.make_node("Sigmoid", ["m"], ["unused"]),
+        helper.make_node("ReduceSum", ["h_out", "one"], ["rows"], keepdims=0),
+        helper.make_node("Identity", ["c_in"], ["c_out"]),
+    ], "body", [vi("i", [], T.INT64), vi("c_in", [], T.BOOL), vi("h_in", [4, 8])],
+        [vi("c_out", [], T.BOOL), vi("h_out", [4, 8]), vi("rows", [4])])
+    loop = helper.make_node("Loop", ["M", "", "h0"], ["h", "rows_per_step"], name="layers",
+                            body=body)
+    rng = np.random.default_rng(2)
+    m = model([loop], [vi("h0", [4, 8]), vi("x", [4, 8])],
+              [vi("h", [4, 8]), vi("rows_per_step", [3, 4])],
+              inits=[("M", np.array(3, np.int64)),
+                     ("W", (rng.standard_normal((8, 8)) * 0.3).astype(np.float32)),
+                     ("b", rng.standard_normal(8).astype(np.float32)),
+                     ("flat", np.array([32], np.int64)), ("square", np.array([4, 8], np.int64)),
+                     ("one", np.array([1], np.int64))])
+    ws = workbench.open(m)
+    steps = ws.optimize("auto")
+    inside = [s for s in steps if any(">" in ident for _, ident in s["where"])]
+    assert len(inside) >= 2, steps   # matches found and applied in the body
+    feeds = {"h0": rng.standard_normal((4, 8)).astype(np.float32),
+             "x": rng.standard_normal((4, 8)).astype(np.float32)}
+    check(ws, m, feeds)
+
+
 # ---------------------------------------------------------------- the scripted export
 
 def _inputs_for_each_branch(m):

@@ -466,6 +466,44 @@ def _opset(opsets) -> int:
     return next((o.version for o in opsets if o.domain in ("", "ai.onnx")), 0)
 
 
+# ---------------------------------------------------------------- bodies in an SDFG
+
+def bodies(sdfg) -> list:
+    """The imported bodies inside ``sdfg``'s control flow nodes, outermost first. A
+    control flow node is a nested SDFG holding no ONNX operator itself; its bodies are
+    the nested SDFGs in it that do (an operator's expansion holding one, a fused
+    operator's core, is no body). Each body is a program of its own: its non-transient
+    arrays are its inputs, outputs and constants, none of them shared with another
+    (``_distinct_outputs``, the carry states)."""
+    out = []
+    for node in _nested(sdfg):
+        if _holds_operators(node.sdfg):
+            continue
+        for inner in _nested(node.sdfg, recursive=True):
+            if _holds_operators(inner.sdfg):
+                out.append(inner.sdfg)
+                out.extend(bodies(inner.sdfg))
+    return out
+
+
+def _nested(sdfg, recursive=False) -> list:
+    """Nested SDFG nodes in ``sdfg``'s states (with ``recursive``, also in those of
+    nested SDFGs that hold no operator: a control flow node's own nesting)."""
+    found = []
+    for state in sdfg.states():
+        for node in state.nodes():
+            if isinstance(node, dace.nodes.NestedSDFG):
+                found.append(node)
+                if recursive and not _holds_operators(node.sdfg):
+                    found.extend(_nested(node.sdfg, recursive))
+    return found
+
+
+def _holds_operators(sdfg) -> bool:
+    from workbench.ops.node import OnnxOp
+    return any(isinstance(n, OnnxOp) for s in sdfg.states() for n in s.nodes())
+
+
 # ---------------------------------------------------------------- building the SDFG
 
 class Scope:
