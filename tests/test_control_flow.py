@@ -232,7 +232,7 @@ def test_an_unsupported_op_inside_a_body_is_listed_by_name():
 
 def test_scan_with_axes_and_directions():
     """Two scan inputs along axis 1, the second read backwards; the per-step output
-    written along axis 1; a running state."""
+    written along axis 1, backwards; a running state."""
     body = helper.make_graph([
         helper.make_node("Mul", ["a", "b"], ["ab"]),
         helper.make_node("Add", ["s_in", "ab"], ["s_out"]),
@@ -249,6 +249,26 @@ def test_scan_with_axes_and_directions():
     feeds = {"s0": rng.standard_normal(2), "A": rng.standard_normal((2, 5)),
              "B": rng.standard_normal((2, 5)), "bias": rng.standard_normal(2)}
     check(ws, m, {k: v.astype(np.float32) for k, v in feeds.items()})
+
+
+def test_scan_of_opset_8_runs_per_batch_entry():
+    """Opset 8: batch axis 0, scan axis 1, the second input read backwards, the
+    sequence lengths given and equal to the whole length."""
+    body = helper.make_graph([
+        helper.make_node("Mul", ["a", "b"], ["ab"]),
+        helper.make_node("Add", ["s_in", "ab"], ["s_out"]),
+        helper.make_node("Identity", ["s_out"], ["y"]),
+    ], "body", [vi("s_in", [3]), vi("a", [3]), vi("b", [3])], [vi("s_out", [3]), vi("y", [3])])
+    scan = helper.make_node("Scan", ["lens", "s0", "A", "B"], ["s", "Y"], name="scan8",
+                            body=body, num_scan_inputs=2, directions=[0, 1])
+    m = model([scan], [vi("s0", [2, 3]), vi("A", [2, 4, 3]), vi("B", [2, 4, 3])],
+              [vi("s", [2, 3]), vi("Y", [2, 4, 3])], inits=[("lens", np.array([4, 4], np.int64))],
+              opset=8)
+    ws = workbench.open(m)
+    rng = np.random.default_rng(3)
+    check(ws, m, {"s0": rng.standard_normal((2, 3)).astype(np.float32),
+                  "A": rng.standard_normal((2, 4, 3)).astype(np.float32),
+                  "B": rng.standard_normal((2, 4, 3)).astype(np.float32)})
 
 
 # ---------------------------------------------------------------- transformations in bodies

@@ -26,9 +26,13 @@ into a nested SDFG of its own, placed in the state where it runs. Rules:
    known, the first condition known true and the body's condition passed
    through unchanged (or a constant true); otherwise their shape depends on
    data and the node is refused at import, naming it.
-4. ``Scan`` (opset 9 on): a loop over the scan axis; each iteration copies
-   the slice of every scan input at ``t`` (or ``T - 1 - t`` reversed) into
-   the body's input, and the body's scan outputs into their slices.
+4. ``Scan``: a loop over the scan axis; each iteration copies the slice of
+   every scan input at ``t`` (or ``T - 1 - t`` reversed) into the body's
+   input, and the body's scan outputs into their slices. Opset 8's batched
+   Scan is a loop over the batch around that loop; its ``sequence_lens``
+   must be known at import and the whole length.
+5. The operator transformations see the bodies (``bodies``): each is a
+   program of its own whose non-transient arrays no other array aliases.
 Everything else is refused with an ``UnsupportedCaseError`` naming the node.
 """
 import dace
@@ -427,12 +431,15 @@ def _passes_condition(graph, body) -> bool:
 class ScanPlan:
     def __init__(self, node, ins, types, values, opsets, ir, fold):
         self.node = node
-        if node.domain in ("", "ai.onnx") and _opset(opsets) < 9:
-            raise _fail(node, "Scan before opset 9 (batched, with sequence_lens) is not "
-                              "supported; re-export at opset 9 or later")
         a = _attrs(node)
         m = int(a["num_scan_inputs"])
-        n = len(node.input) - m
+        # opset 8: a batch axis 0 everywhere, the scan axis 1, sequence_lens first
+        self.batch = None
+        if _opset(opsets) < 9:
+            self._batched(node, ins, values, m, a)
+            ins = [(e, s[1:]) for e, s in ins[1:]]
+            a = {"scan_input_directions": a.get("directions", [0] * m)}
+        n = len(ins) - m
         states = [_static(t) for t in ins[:n]]
         scans = [_static(t) for t in ins[n:]]
         self.n, self.m = n, m
@@ -460,6 +467,23 @@ class ScanPlan:
         self.outputs = states + [
             (e, tuple(s[:ax]) + (self.length,) + tuple(s[ax:]))
             for (e, s), ax in zip(per_step, self.out_axes)]
+        if self.batch is not None:
+            self.outputs = [(e, (self.batch,) + tuple(s)) for e, s in self.outputs]
+
+    def _batched(self, node, ins, values, m, a):
+        """Opset 8's batch: the same scan per entry of axis 0; sequence_lens only where it
+        is known to be the whole length (else the outputs past it depend on data)."""
+        rest = [_static(t) for t in ins[1:]]
+        batches = {s[0] if s else None for _, s in rest}
+        if len(batches) != 1 or None in batches:
+            raise _fail(node, f"inputs with different batch sizes {sorted(map(str, batches))}")
+        self.batch = batches.pop()
+        lengths = {s[1] for _, s in rest[len(rest) - m:] if len(s) > 1}
+        if node.input[0]:
+            lens = values.get(node.input[0])
+            if lens is None or len(lengths) != 1 or np.any(np.asarray(lens) != min(lengths)):
+                raise _fail(node, "sequence_lens shorter than the scan inputs, or known only "
+                                  "at run time, is not supported")
 
 
 def _opset(opsets) -> int:
@@ -535,8 +559,10 @@ def add_control_flow(scope: Scope, node, label: str) -> dict:
         _build_if(inner, plan, node)
     elif node.op_type == "Loop":
         _build_loop(inner, plan, node)
-    else:
+    elif plan.batch is None:
         _build_scan(inner, plan, node)
+    else:
+        _build_batched_scan(inner, plan, node)
     return inner.attach(node)
 
 
@@ -567,10 +593,10 @@ class _Inner:
         hint = f"{prefix}_{self.scope.identifier(onnx_name, set())[:40]}"
         return self.sdfg.add_array(hint, desc.shape, desc.dtype, find_new_name=True)[0]
 
-    def loop_symbol(self) -> str:
+    def loop_symbol(self, tag: str = "it") -> str:
         """The iteration variable: named after the enclosing SDFGs and this node, so that
         loops nested in bodies keep distinct variables when DaCe inlines them."""
-        return f"it_{self.scope.sdfg.name}_{self.sdfg.name}"
+        return f"{tag}_{self.scope.sdfg.name}_{self.sdfg.name}"
 
     def transient(self, hint, shape, dtype) -> str:
         """A new transient; ``dtype`` a DaCe type or an ONNX element type."""
@@ -698,7 +724,7 @@ def _build_loop(inner, plan, node):
         if arr is None:
             continue
         shape = plan.outputs[n + k][1][1:]
-        _copy_slice(carry, b_scans[k], arr, shape, None, 0, i, sdfg)
+        _copy_at(carry, b_scans[k], arr, shape, {}, {0: i})
     terms = []
     if m_name:
         terms.append(f"{i} < {plan.trips}" if plan.trips is not None
@@ -718,8 +744,8 @@ def _build_scan(inner, plan, node):
     carried = outs[:n]
     for k in range(n):
         if carried[k] is None:
-            t = plan.outputs[k]
-            carried[k] = inner.transient(f"carry{k}", t[1], t[0])
+            elem, shape = plan.outputs[k]
+            carried[k] = inner.transient(f"carry{k}", shape, elem)
     init = sdfg.add_state("scan_init", is_start_block=True)
     for k in range(n):
         _copy(init, inner.read(node.input[k]), carried[k], sdfg)
@@ -730,7 +756,7 @@ def _build_scan(inner, plan, node):
         e, s = plan.body.types[plan.body.graph.input[n + j].name]
         dst = inner.transient(f"slice{j}", s, e)
         at = f"({length - 1} - {t})" if plan.in_dirs[j] else t
-        _copy_slice(first, src, dst, tuple(s), plan.in_axes[j], None, at, sdfg, read=True)
+        _copy_at(first, src, dst, tuple(s), {plan.in_axes[j]: at}, {})
         slices.append(dst)
     b_carried = [inner.transient(f"next{k}", plan.outputs[k][1], plan.outputs[k][0])
                  for k in range(n)]
@@ -747,27 +773,68 @@ def _build_scan(inner, plan, node):
         if arr is None:
             continue
         at = f"({length - 1} - {t})" if plan.out_dirs[k] else t
-        _copy_slice(carry, b_scans[k], arr, tuple(per_step[k][1]), None, plan.out_axes[k], at,
-                    sdfg)
+        _copy_at(carry, b_scans[k], arr, tuple(per_step[k][1]), {}, {plan.out_axes[k]: at})
     after = sdfg.add_state("scan_end")
     sdfg.add_loop(init, first, after, t, "0", f"{t} < {length}", f"{t} + 1", carry)
 
 
-def _copy_slice(state, src, dst, shape, src_axis, dst_axis, at, sdfg, read=False):
-    """dst = src with the index ``at`` inserted at ``src_axis`` (reading a slice) or at
-    ``dst_axis`` (writing one); ``shape`` is the slice's shape."""
+def _build_batched_scan(inner, plan, node):
+    """Opset 8: for each batch entry b, the scan of ``_build_scan`` on entry b of every
+    input and output (the state carried in a per-entry array)."""
+    sdfg = inner.sdfg
+    t, b = inner.loop_symbol(), inner.loop_symbol("batch")
+    n, m, length = plan.n, plan.m, plan.length
+    outs = [inner.write(k, o) if o else None for k, o in enumerate(node.output)]
+    per_step = plan.body.output_types()[n:]
+    cur = [inner.transient(f"state{k}", e_s[1][1:], e_s[0])
+           for k, e_s in enumerate(plan.outputs[:n])]
+    init = sdfg.add_state("scan_init", is_start_block=True)
+    entry = sdfg.add_state("scan_entry")
+    for k in range(n):
+        _copy_at(entry, inner.read(node.input[1 + k]), cur[k], plan.outputs[k][1][1:],
+                 {0: b}, {})
+    first = sdfg.add_state("scan_slices")
+    slices = []
+    for j in range(m):
+        e, s = plan.body.types[plan.body.graph.input[n + j].name]
+        dst = inner.transient(f"slice{j}", s, e)
+        at = f"({length - 1} - {t})" if plan.in_dirs[j] else t
+        _copy_at(first, inner.read(node.input[1 + n + j]), dst, tuple(s), {0: b, 1: at}, {})
+        slices.append(dst)
+    b_carried = [inner.transient(f"next{k}", plan.outputs[k][1][1:], plan.outputs[k][0])
+                 for k in range(n)]
+    b_scans = [inner.transient(f"step{k}", s, e) for k, (e, s) in enumerate(per_step)]
+    run = sdfg.add_state_after(first, "scan_body")
+    inner.place(run, plan.body, f"{sdfg.name}_body", cur + slices, b_carried + b_scans)
+    carry = sdfg.add_state_after(run, "scan_carry")
+    for k in range(n):
+        _copy(carry, b_carried[k], cur[k], sdfg)
+    for k, arr in enumerate(outs[n:]):
+        if arr is not None:
+            _copy_at(carry, b_scans[k], arr, tuple(per_step[k][1]), {}, {0: b, 1: t})
+    leave = sdfg.add_state("scan_leave")
+    for k, arr in enumerate(outs[:n]):
+        if arr is not None:
+            _copy_at(leave, cur[k], arr, plan.outputs[k][1][1:], {}, {0: b})
+    sdfg.add_loop(entry, first, leave, t, "0", f"{t} < {length}", f"{t} + 1", carry)
+    after = sdfg.add_state("scan_end")
+    sdfg.add_loop(init, entry, after, b, "0", f"{b} < {plan.batch}", f"{b} + 1", leave)
+
+
+def _copy_at(state, src, dst, shape, src_fixed: dict, dst_fixed: dict):
+    """dst = src over a slice of ``shape``, with the indices ``src_fixed`` / ``dst_fixed``
+    (axis -> expression) inserted into the source's / destination's index."""
     ps = [f"j{i}" for i in range(len(shape))]
-    ranges = {p: f"0:{d}" for p, d in zip(ps, shape)} or {"j0": "0:1"}
-    plain = ps or ["0"]
-
-    def inserted(axis):
-        idx = list(ps)
-        idx.insert(axis, at)
-        return ", ".join(idx)
-
-    s_idx = inserted(src_axis) if src_axis is not None else ", ".join(plain)
-    d_idx = inserted(dst_axis) if dst_axis is not None else ", ".join(plain)
     if any(d == 0 for d in shape):
         return
-    mapped_tasklet(state, f"slice_{src}_{dst}", ranges, {"v": dace.Memlet(f"{src}[{s_idx}]")},
-                   "o = v", {"o": dace.Memlet(f"{dst}[{d_idx}]")})
+    ranges = {p: f"0:{d}" for p, d in zip(ps, shape)} or {"j0": "0:1"}
+
+    def index(fixed):
+        idx = list(ps) if (ps or fixed) else ["0"]
+        for axis in sorted(fixed):
+            idx.insert(axis, fixed[axis])
+        return ", ".join(idx)
+
+    mapped_tasklet(state, f"slice_{src}_{dst}", ranges,
+                   {"v": dace.Memlet(f"{src}[{index(src_fixed)}]")}, "o = v",
+                   {"o": dace.Memlet(f"{dst}[{index(dst_fixed)}]")})
