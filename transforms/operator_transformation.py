@@ -13,7 +13,7 @@ identities lead there), except by transformations that need the weights.
 from transforms.graph import ident, onnx_ops
 from workbench import nodeid
 from workbench.errors import TransformationError
-from workbench.importer.control_flow import bodies
+from workbench.importer.control_flow_sdfg import bodies
 from workbench.ops.node import OnnxOp
 from workbench.transformation_api import Transformation
 

@@ -9,7 +9,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from workbench.errors import ShapeError, UnsupportedOpError
-from workbench.importer import control_flow
+from workbench.importer import control_flow, control_flow_sdfg
 from workbench.ops import registry
 from workbench.ops.node import OnnxOp
 
@@ -186,12 +186,12 @@ def build_sdfg(model: onnx.ModelProto, types: dict, name: str, prefer_blas: bool
         opset = opsets.get(node.domain, opsets.get("ai.onnx", opsets.get("", 17)))
         onnx_name = node.name or f"{node.op_type}_{i}"
         if control_flow.is_control_flow(node):
-            values = control_flow._values(model, known or {})
-            scope = control_flow.Scope(sdfg, state, node_for, lambda t: tensor(t).sdfg_name,
+            values = control_flow.known_values(model, known or {})
+            scope = control_flow_sdfg.Scope(sdfg, state, node_for, lambda t: tensor(t).sdfg_name,
                                        new_array, types, values, list(model.opset_import),
                                        model.ir_version, prefer_blas, fold, build_sdfg,
                                        c_identifier, DTYPES)
-            lifted.update(control_flow.add_control_flow(
+            lifted.update(control_flow_sdfg.add_control_flow(
                 scope, node, c_identifier(onnx_name, node_names)))
             continue
         ins, outs = connector_names(node, opset)
