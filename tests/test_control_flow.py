@@ -15,7 +15,7 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 import workbench
-from workbench.errors import UnsupportedCaseError, UnsupportedOpError
+from workbench.errors import ShapeError, UnsupportedCaseError, UnsupportedOpError
 from workbench.ops.node import OnnxOp
 
 EXPORTS = Path(__file__).resolve().parent / "exports"
@@ -148,6 +148,25 @@ def test_loop_with_scan_outputs_and_a_computed_condition_is_refused():
     body = m.graph.node[0].attribute[0].g
     body.node[-1].op_type = "Not"   # c_out = Not(c_in): the loop may end after one step
     with pytest.raises(UnsupportedCaseError, match="the_loop.*condition can end the loop"):
+        workbench.open(m)
+
+
+def test_a_body_tensor_whose_shape_depends_on_the_iteration_is_refused_naming_the_node():
+    """Slice(x, [i], [i + 1]): one element per step, but the shape is known only from the
+    values at run time (the node suite's loop11)."""
+    body = helper.make_graph([
+        const("one", np.array([1], np.int64)),
+        helper.make_node("Unsqueeze", ["i", "zero"], ["start"]),
+        helper.make_node("Add", ["start", "one"], ["end"]),
+        helper.make_node("Slice", ["x", "start", "end"], ["piece"]),
+        helper.make_node("Add", ["y_in", "piece"], ["y_out"]),
+        helper.make_node("Identity", ["c_in"], ["c_out"]),
+    ], "sliding", [vi("i", [], T.INT64), vi("c_in", [], T.BOOL), vi("y_in", [1])],
+        [vi("c_out", [], T.BOOL), vi("y_out", [1])])
+    loop = helper.make_node("Loop", ["M", "", "y0"], ["y"], name="slicer", body=body)
+    m = model([loop], [vi("y0", [1]), vi("x", [5])], [vi("y", [1])],
+              inits=[("M", np.array(5, np.int64)), ("zero", np.array([0], np.int64))])
+    with pytest.raises(ShapeError, match="body 'sliding' of node 'slicer'.*piece"):
         workbench.open(m)
 
 

@@ -112,7 +112,7 @@ def add_control_flow(scope: Scope, node, label: str) -> dict:
         raise ShapeError(f"node '{node.name or node.op_type}' ({node.op_type}): an input, or a "
                          f"tensor its bodies read, has no static shape. Fix the input shapes "
                          f"(--shape).")
-    inner = _Inner(label, scope)
+    inner = _Inner(label, scope, node.name)
     if node.op_type == "If":
         _build_if(inner, plan, node)
     elif node.op_type == "Loop":
@@ -127,8 +127,8 @@ def add_control_flow(scope: Scope, node, label: str) -> dict:
 class _Inner:
     """The nested SDFG of one control flow node and its connectors."""
 
-    def __init__(self, label, scope):
-        self.scope = scope
+    def __init__(self, label, scope, node_name=""):
+        self.scope, self.node_name = scope, node_name or label
         self.sdfg = dace.SDFG(label)
         self.reads = {}    # outer tensor name -> inner array
         self.writes = {}   # output position -> inner array
@@ -166,7 +166,11 @@ class _Inner:
     def place(self, state, body, name, formal_arrays: list, output_arrays: list):
         """Import ``body`` as a nested SDFG in ``state``: formal input k reads inner array
         ``formal_arrays[k]``, output k writes ``output_arrays[k]``."""
-        bsdfg, formal, passed, outputs, weights = build_body(body, name, self.scope)
+        try:
+            bsdfg, formal, passed, outputs, weights = build_body(body, name, self.scope)
+        except ShapeError as e:   # say which node's body, not only which tensor
+            raise ShapeError(f"in the body '{body.graph.name}' of node '{self.node_name}': "
+                             f"{e}") from None
         inputs = {}
         for conn, arr in zip(formal, formal_arrays):
             inputs[conn] = arr
