@@ -102,6 +102,8 @@ MODELS = [
             _TEXT),
     _export("lstm_tagger", "LSTM tagger (embedding, two-layer LSTM, Linear), 16 tokens", _TEXT),
     _export("gru_classifier", "bidirectional GRU classifier, 16 tokens", _TEXT),
+    _export("control_flow", "scripted loop (ONNX Loop, 4 steps) and a data-dependent head "
+            "(ONNX If)"),
     _quantized("resnet_qdq", "resnet quantized by onnxruntime: static QDQ int8, per channel"),
     _quantized("bert_qdq", "bert quantized by onnxruntime: static QDQ int8, 16 tokens"),
     _quantized("bert_dynamic", "bert quantized by onnxruntime: dynamic int8 (MatMulInteger)"),

@@ -6,11 +6,14 @@ walks the operators of ``op_types`` and makes one match per operator and choice
 partner its plan found); apply resolves the match, plans again on the graph as it
 is now and refuses with ``refusal`` when the plan is gone or names other nodes. A
 subclass only decides (``plan``), names (``describe``) and rewrites (``rewrite``),
-as onnxruntime's fusion passes do on top of their ``FusionBase``.
+as onnxruntime's fusion passes do on top of their ``FusionBase``. The operators of
+If/Loop/Scan bodies are found too, each planned within its body (the match's
+identities lead there), except by transformations that need the weights.
 """
 from transforms.graph import ident, onnx_ops
 from workbench import nodeid
 from workbench.errors import TransformationError
+from workbench.importer.control_flow_sdfg import bodies
 from workbench.ops.node import OnnxOp
 from workbench.transformation_api import Transformation
 
@@ -47,13 +50,17 @@ class OperatorTransformation(Transformation):
 
     def find(self, sdfg, weights=None):
         matches = []
-        for state, node in onnx_ops(sdfg, self.op_types):
-            for options in self.choices(node):
-                plan = self.plan(sdfg, state, node, weights, **options)
-                if plan is not None and plan is not False:
-                    where = {role: ident(sdfg, state, named)
-                             for role, named in self.roles(node, plan).items()}
-                    matches.append(self.match(where, self.describe(node, plan), options))
+        # Control flow bodies are programs of their own (importer/control_flow.py); a
+        # rewrite that reads or adds weights stays out (theirs are named by the program).
+        graphs = [sdfg] + ([] if self.needs_weights else bodies(sdfg))
+        for owner in graphs:
+            for state, node in onnx_ops(owner, self.op_types):
+                for options in self.choices(node):
+                    plan = self.plan(owner, state, node, weights, **options)
+                    if plan is not None and plan is not False:
+                        where = {role: ident(owner, state, named)
+                                 for role, named in self.roles(node, plan).items()}
+                        matches.append(self.match(where, self.describe(node, plan), options))
         return matches
 
     def apply(self, sdfg, match, weights=None):

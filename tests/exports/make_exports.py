@@ -37,6 +37,7 @@ from torch import nn
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # run as a script: the model files, sdfg_models
 
+from control_flow_models import RefineAndRoute  # noqa: E402
 from recurrent_models import GRUClassifier, LSTMTagger  # noqa: E402
 from text_models import GPT2, Bert  # noqa: E402
 from unet_densenet import DenseNet, UNet  # noqa: E402
@@ -53,6 +54,7 @@ class Export(NamedTuple):
     output_names: list
     dynamic_axes: dict = None
     half: bool = False   # exported in float16 (module.half(), float inputs too)
+    script: bool = False  # torch.jit.script'd first: its loops and ifs become Loop and If
 
 
 def _image(make, size, input_name="input", batch_axis=False):
@@ -115,6 +117,8 @@ SMALL = {
     "bert_fp16": _bert()._replace(half=True),
     "lstm_tagger": _tokens(LSTMTagger),
     "gru_classifier": _tokens(GRUClassifier),
+    "control_flow": Export(RefineAndRoute, lambda: (torch.randn(2, 16),), ["input"], ["logits"],
+                           script=True),
 }
 
 FULL = {
@@ -156,6 +160,8 @@ def export(name: str, full: bool = False) -> Path:
     if spec.half:
         module = module.half()
         args = tuple(a.half() if a.is_floating_point() else a for a in args)
+    if spec.script:
+        module = torch.jit.script(module)
     folder = HERE
     if full:
         from sdfg_models import zoo

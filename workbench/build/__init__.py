@@ -30,6 +30,7 @@ from workbench.build import cancel, configure_seed, errors_at, pch, reuse
 from workbench.build.simplify import failed_pass, simplify_program
 from workbench.build.settings import (apply_build_settings, building_for,  # noqa: F401
                                       cache_dir, fast_build_enabled)
+from workbench.build.nested_views import distinct_nested_view_names
 from workbench.build.storage import heap_for_large_transients, persistent_expansion_buffers
 from workbench.ops.index_maps import strides as row_major
 from workbench.progress import SILENT
@@ -127,6 +128,7 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
         instrument_with(program)
     with progress.phase("generate code"):
         t = time.perf_counter()
+        distinct_nested_view_names(program)
         if target == "cpu":
             heap_for_large_transients(program)
             persistent_expansion_buffers(program)

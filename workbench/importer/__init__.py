@@ -5,6 +5,7 @@ from pathlib import Path
 import onnx
 
 from workbench.importer.contracts import check_contracts
+from workbench.importer.control_flow import settle_control_flow
 from workbench.importer.data_dependent import bound_data_dependent
 from workbench.importer.fold import fold_constants
 from workbench.importer.half import compute_half_in_float
@@ -77,6 +78,7 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
                 break
             n_folded += n_more
             folded, known = infer_shapes(again, known_more, memory_budget), known_more
+        folded, known = settle_control_flow(folded, known, fold)
     folded = compute_half_in_float(folded, tensor_types(folded))
     counted = {}
     if bounded:

@@ -276,10 +276,12 @@ def _downstream(names: set, nodes) -> set:
 
 
 def _subgraph_inputs(nodes):
-    """Names that subgraph attributes (If/Loop bodies) read from outside."""
+    """Names that subgraph attributes (If/Loop bodies, and the bodies in them) read or
+    give as outputs, from outside."""
     names = set()
     for n in nodes:
         for a in n.attribute:
             for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                names |= {i for sub in g.node for i in sub.input}
+                names |= {i for sub in g.node for i in sub.input} | {o.name for o in g.output}
+                names |= _subgraph_inputs(g.node)
     return names

@@ -9,6 +9,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from workbench.errors import ShapeError, UnsupportedOpError
+from workbench.importer import control_flow, control_flow_sdfg
 from workbench.importer.data_dependent import unknown_shape_error
 from workbench.ops import registry
 from workbench.ops.node import OnnxOp
@@ -63,6 +64,11 @@ def check_supported(model: onnx.ModelProto, allow=()) -> None:
     missing = {}
     for i, node in enumerate(model.graph.node):
         if node.op_type in allow and node.domain in ("", "ai.onnx"):
+            continue
+        if control_flow.is_control_flow(node):  # supported when its bodies are
+            for key, names in control_flow.unsupported_in_bodies(node,
+                                                                 registry.is_supported).items():
+                missing.setdefault(key, []).extend(names)
             continue
         if not registry.is_supported(node.op_type, node.domain):
             key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
@@ -127,10 +133,12 @@ def attributes_json(node: onnx.NodeProto) -> dict:
 
 
 def build_sdfg(model: onnx.ModelProto, types: dict, name: str, prefer_blas: bool,
-               known: dict = None):
+               known: dict = None, fold: bool = True):
     """Return (sdfg, inputs, outputs, weights) for a folded, shape-inferred model.
 
-    ``types`` maps tensor name -> (onnx elem type, static shape).
+    ``types`` maps tensor name -> (onnx elem type, static shape). If, Loop and Scan
+    nodes become nested SDFGs with control flow (importer/control_flow.py); ``fold``
+    is how their bodies are folded.
     """
     graph = model.graph
     check_supported(model)
@@ -166,10 +174,26 @@ def build_sdfg(model: onnx.ModelProto, types: dict, name: str, prefer_blas: bool
 
     opsets = {o.domain: o.version for o in model.opset_import}
     node_names = set()
+    lifted = {}   # weights of control flow bodies, as outer arrays
+
+    def new_array(hint, shape, dtype):
+        sname = c_identifier(hint, taken)
+        sdfg.add_array(sname, shape, dtype)
+        return sname
+
     for i, node in enumerate(graph.node):
         opset = opsets.get(node.domain, opsets.get("ai.onnx", opsets.get("", 17)))
-        ins, outs = connector_names(node, opset)
         onnx_name = node.name or f"{node.op_type}_{i}"
+        if control_flow.is_control_flow(node):
+            values = control_flow.known_values(model, known or {})
+            scope = control_flow_sdfg.Scope(sdfg, state, node_for, lambda t: tensor(t).sdfg_name,
+                                       new_array, types, values, list(model.opset_import),
+                                       model.ir_version, prefer_blas, fold, build_sdfg,
+                                       c_identifier, DTYPES)
+            lifted.update(control_flow_sdfg.add_control_flow(
+                scope, node, c_identifier(onnx_name, node_names)))
+            continue
+        ins, outs = connector_names(node, opset)
         # DaCe needs identifiers for node (and nested SDFG) names; keep the ONNX one too.
         lib = OnnxOp(c_identifier(onnx_name, node_names), op_type=node.op_type,
                      domain=node.domain, onnx_name=onnx_name,
@@ -191,4 +215,5 @@ def build_sdfg(model: onnx.ModelProto, types: dict, name: str, prefer_blas: bool
     # Owned copies in the stored shape (0-d becomes (1,)): DaCe refuses views.
     weights = {infos[n].sdfg_name: np.array(numpy_helper.to_array(inits[n]), copy=True).reshape(
         sdfg.arrays[infos[n].sdfg_name].shape) for n in inits if n in infos}
+    weights.update(lifted)
     return sdfg, [infos[n] for n in graph_in], [infos[n] for n in graph_out], weights

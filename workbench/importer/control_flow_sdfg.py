@@ -1,0 +1,402 @@
+"""The SDFG of an ONNX If, Loop or Scan node (the rules: ``control_flow.py``).
+
+One nested SDFG per node: its connectors are the node's inputs, the outer
+tensors its bodies read and the constants they lift; its states are the
+control flow (branch states behind conditional interstate edges, loops
+made with ``add_loop``), each body a nested SDFG of its own in the state
+where it runs. ``bodies`` finds those bodies again for the transformations.
+"""
+import dace
+
+from workbench.errors import ShapeError
+from workbench.importer.control_flow import plan_for
+from workbench.ops.registry import mapped_tasklet
+
+
+def build_body(body, name: str, scope):
+    """(sdfg, input array per formal input, per passed outer name, output arrays,
+    weights) of the body, built by the importer that ``scope`` comes from."""
+    sdfg, ins, outs, weights = scope.build(body.model, body.types, name, scope.prefer_blas,
+                                           body.known, fold=body.fold)
+    by_name = {i.onnx_name: i.sdfg_name for i in ins}
+    formal = [by_name[vi.name] for vi in body.graph.input]
+    passed = [by_name[n] for n in body.passed]
+    outputs = _distinct_outputs(sdfg, [o.sdfg_name for o in outs],
+                                set(formal) | set(passed) | set(weights))
+    return sdfg, formal, passed, outputs, weights
+
+
+def _distinct_outputs(sdfg, outputs: list, reads: set) -> list:
+    """Output array names, each written by the body only: an output that is an input,
+    a weight or another output already gets an array of its own and a final copy."""
+    seen, out, copies = set(), [], []
+    for k, name in enumerate(outputs):
+        if name in reads or name in seen:
+            desc = sdfg.arrays[name]
+            new = sdfg.add_array(f"__out{k}", desc.shape, desc.dtype, transient=False,
+                                 find_new_name=True)[0]
+            copies.append((name, new))
+            name = new
+        seen.add(name)
+        out.append(name)
+    if copies:
+        last = [s for s in sdfg.states() if sdfg.out_degree(s) == 0][0]
+        state = sdfg.add_state_after(last, "outputs")
+        for src, dst in copies:
+            _copy(state, src, dst, sdfg)
+    return out
+
+
+def _copy(state, src: str, dst: str, sdfg):
+    a, b = state.add_read(src), state.add_write(dst)
+    state.add_nedge(a, b, dace.Memlet.from_array(src, sdfg.arrays[src]))
+
+
+def bodies(sdfg) -> list:
+    """The imported bodies inside ``sdfg``'s control flow nodes, outermost first. A
+    control flow node is a nested SDFG holding no ONNX operator itself; its bodies are
+    the nested SDFGs in it that do (an operator's expansion holding one, a fused
+    operator's core, is no body). Each body is a program of its own: its non-transient
+    arrays are its inputs, outputs and constants, none of them shared with another
+    (``_distinct_outputs``, the carry states)."""
+    out = []
+    for node in _nested(sdfg):
+        if _holds_operators(node.sdfg):
+            continue
+        for inner in _nested(node.sdfg, recursive=True):
+            if _holds_operators(inner.sdfg):
+                out.append(inner.sdfg)
+                out.extend(bodies(inner.sdfg))
+    return out
+
+
+def _nested(sdfg, recursive=False) -> list:
+    """Nested SDFG nodes in ``sdfg``'s states (with ``recursive``, also in those of
+    nested SDFGs that hold no operator: a control flow node's own nesting)."""
+    found = []
+    for state in sdfg.states():
+        for node in state.nodes():
+            if isinstance(node, dace.nodes.NestedSDFG):
+                found.append(node)
+                if recursive and not _holds_operators(node.sdfg):
+                    found.extend(_nested(node.sdfg, recursive))
+    return found
+
+
+def _holds_operators(sdfg) -> bool:
+    from workbench.ops.node import OnnxOp
+    return any(isinstance(n, OnnxOp) for s in sdfg.states() for n in s.nodes())
+
+
+class Scope:
+    """What the importing ``build_sdfg`` offers a control flow node: its types and
+    values, access nodes of its tensors, new outer arrays for lifted weights, and
+    itself (``build``, with its ``identifier`` and ``dtypes``) for the bodies."""
+
+    def __init__(self, sdfg, state, node_for, array_of, new_array, types, values, opsets,
+                 ir_version, prefer_blas, fold, build, identifier, dtypes):
+        self.build, self.identifier, self.dtypes = build, identifier, dtypes
+        self.sdfg, self.state, self.node_for, self.array_of = sdfg, state, node_for, array_of
+        self.new_array = new_array
+        self.types, self.values, self.opsets = types, values, opsets
+        self.ir_version, self.prefer_blas, self.fold = ir_version, prefer_blas, fold
+
+
+def add_control_flow(scope: Scope, node, label: str) -> dict:
+    """Add ``node`` (If/Loop/Scan) to ``scope.state`` as a nested SDFG; returns the
+    weights it lifts to the outer program (outer array name -> value)."""
+    ins = [scope.types.get(n, (0, None)) if n else (0, None) for n in node.input]
+    plan = plan_for(node, ins, scope.types, scope.values, scope.opsets, scope.ir_version,
+                    scope.fold)
+    if plan is None:
+        raise ShapeError(f"node '{node.name or node.op_type}' ({node.op_type}): an input, or a "
+                         f"tensor its bodies read, has no static shape. Fix the input shapes "
+                         f"(--shape).")
+    inner = _Inner(label, scope, node.name)
+    if node.op_type == "If":
+        _build_if(inner, plan, node)
+    elif node.op_type == "Loop":
+        _build_loop(inner, plan, node)
+    elif plan.batch is None:
+        _build_scan(inner, plan, node)
+    else:
+        _build_batched_scan(inner, plan, node)
+    return inner.attach(node)
+
+
+class _Inner:
+    """The nested SDFG of one control flow node and its connectors."""
+
+    def __init__(self, label, scope, node_name=""):
+        self.scope, self.node_name = scope, node_name or label
+        self.sdfg = dace.SDFG(label)
+        self.reads = {}    # outer tensor name -> inner array
+        self.writes = {}   # output position -> inner array
+        self.lifted = {}   # inner array -> (outer array name, value)
+
+    def read(self, onnx_name: str) -> str:
+        """The inner array reading outer tensor ``onnx_name`` (one connector each)."""
+        if onnx_name not in self.reads:
+            self.reads[onnx_name] = self._array("in", onnx_name)
+        return self.reads[onnx_name]
+
+    def write(self, position: int, onnx_name: str) -> str:
+        name = self._array("out", onnx_name)
+        self.writes[position] = (onnx_name, name)
+        return name
+
+    def _array(self, prefix: str, onnx_name: str) -> str:
+        """A connector array shaped as outer tensor ``onnx_name``."""
+        desc = self.scope.sdfg.arrays[self.scope.array_of(onnx_name)]
+        hint = f"{prefix}_{self.scope.identifier(onnx_name, set())[:40]}"
+        return self.sdfg.add_array(hint, desc.shape, desc.dtype, find_new_name=True)[0]
+
+    def loop_symbol(self, tag: str = "it") -> str:
+        """The iteration variable: named after the enclosing SDFGs and this node, so that
+        loops nested in bodies keep distinct variables when DaCe inlines them."""
+        return f"{tag}_{self.scope.sdfg.name}_{self.sdfg.name}"
+
+    def transient(self, hint, shape, dtype) -> str:
+        """A new transient; ``dtype`` a DaCe type or an ONNX element type."""
+        if not isinstance(dtype, dace.typeclass):
+            dtype = self.scope.dtypes[dtype]
+        return self.sdfg.add_array(hint, shape or (1,), dtype, transient=True,
+                                   find_new_name=True)[0]
+
+    def place(self, state, body, name, formal_arrays: list, output_arrays: list):
+        """Import ``body`` as a nested SDFG in ``state``: formal input k reads inner array
+        ``formal_arrays[k]``, output k writes ``output_arrays[k]``."""
+        try:
+            bsdfg, formal, passed, outputs, weights = build_body(body, name, self.scope)
+        except ShapeError as e:   # say which node's body, not only which tensor
+            raise ShapeError(f"in the body '{body.graph.name}' of node '{self.node_name}': "
+                             f"{e}") from None
+        inputs = {}
+        for conn, arr in zip(formal, formal_arrays):
+            inputs[conn] = arr
+        for conn, onnx_name in zip(passed, body.passed):
+            inputs[conn] = self.read(onnx_name)
+        for conn, value in weights.items():
+            desc = bsdfg.arrays[conn]
+            arr = self.sdfg.add_array(f"w_{conn}", desc.shape, desc.dtype,
+                                      find_new_name=True)[0]
+            self.lifted[arr] = value
+            inputs[conn] = arr
+        nested = state.add_nested_sdfg(bsdfg, self.sdfg, set(inputs), set(outputs))
+        for conn, arr in inputs.items():
+            state.add_edge(state.add_read(arr), None, nested, conn,
+                           dace.Memlet.from_array(arr, self.sdfg.arrays[arr]))
+        for conn, arr in zip(outputs, output_arrays):
+            state.add_edge(nested, conn, state.add_write(arr), None,
+                           dace.Memlet.from_array(arr, self.sdfg.arrays[arr]))
+        return nested
+
+    def attach(self, node) -> dict:
+        """The nested SDFG node in the outer state, wired to the outer arrays."""
+        scope = self.scope
+        lifted = {}
+        outer_in = dict(self.reads)
+        for arr, value in self.lifted.items():
+            desc = self.sdfg.arrays[arr]
+            outer = scope.new_array(arr, desc.shape, desc.dtype)
+            lifted[outer] = value
+            outer_in[outer] = arr
+        ins = {inner: onnx_name for onnx_name, inner in outer_in.items()}
+        outs = {inner: onnx_name for onnx_name, inner in self.writes.values()}
+        nested = scope.state.add_nested_sdfg(self.sdfg, scope.sdfg, set(ins), set(outs),
+                                             name=self.sdfg.name)
+        for inner, name in ins.items():
+            src = scope.node_for(name) if name in self.reads else scope.state.add_read(name)
+            scope.state.add_edge(src, None, nested, inner,
+                                 dace.Memlet.from_array(src.data, scope.sdfg.arrays[src.data]))
+        for inner, name in outs.items():
+            dst = scope.node_for(name)
+            scope.state.add_edge(nested, inner, dst, None,
+                                 dace.Memlet.from_array(dst.data, scope.sdfg.arrays[dst.data]))
+        return lifted
+
+
+
+
+def _build_if(inner, plan, node):
+    sdfg = inner.sdfg
+    outs = [inner.write(k, o) for k, o in enumerate(node.output) if o]
+    start = sdfg.add_state("if_start", is_start_block=True)
+    end = sdfg.add_state("if_end")
+    if len(plan.branches) == 1:   # rule 2: the condition is known, the other branch dead
+        (which, body), = plan.branches.items()
+        state = sdfg.add_state(which)
+        inner.place(state, body, f"{sdfg.name}_{which}", [], outs)
+        sdfg.add_edge(start, state, dace.InterstateEdge())
+        sdfg.add_edge(state, end, dace.InterstateEdge())
+        return
+    cond = inner.read(node.input[0])
+    for which, condition in (("then_branch", f"{cond}[0]"), ("else_branch", f"not {cond}[0]")):
+        state = sdfg.add_state(which)
+        inner.place(state, plan.branches[which], f"{sdfg.name}_{which}", [], outs)
+        sdfg.add_edge(start, state, dace.InterstateEdge(condition=condition))
+        sdfg.add_edge(state, end, dace.InterstateEdge())
+
+
+def _set_from_symbol(state, arr: str, expr: str, sdfg):
+    t = state.add_tasklet(f"set_{arr}", {}, {"o"}, f"o = {expr}")
+    state.add_edge(t, "o", state.add_write(arr), None, dace.Memlet(f"{arr}[0]"))
+
+
+def _build_loop(inner, plan, node):
+    sdfg = inner.sdfg
+    i = inner.loop_symbol()
+    n = len(node.input) - 2
+    body = plan.body
+    m_name = node.input[0]
+    c_name = node.input[1] if len(node.input) > 1 else ""
+    outs = [inner.write(k, o) if o else None for k, o in enumerate(node.output)]
+    carried = outs[:n]
+    for k in range(n):   # an unused final value still needs an array to carry it
+        if carried[k] is None:
+            t = plan.outputs[k]
+            carried[k] = inner.transient(f"carry{k}", t[1], t[0])
+    scans = outs[n:]
+    init = sdfg.add_state("loop_init", is_start_block=True)
+    it = inner.transient("iter", (1,), dace.int64)
+    cond = inner.transient("cond", (1,), dace.bool_)
+    for k in range(n):
+        _copy(init, inner.read(node.input[2 + k]), carried[k], sdfg)
+    if c_name:
+        _copy(init, inner.read(c_name), cond, sdfg)
+    else:
+        _set_from_symbol(init, cond, "True", sdfg)
+    # the body's outputs go to fresh arrays; the carry state copies them back
+    b_cond = inner.transient("cond_out", (1,), dace.bool_)
+    b_carried = [inner.transient(f"next{k}", plan.outputs[k][1], plan.outputs[k][0])
+                 for k in range(n)]
+    b_scans = []
+    for k, (e, s) in enumerate(plan.outputs[n:]):
+        b_scans.append(inner.transient(f"step{k}", s[1:], e))
+    first = sdfg.add_state("loop_iter")
+    _set_from_symbol(first, it, i, sdfg)
+    run = sdfg.add_state_after(first, "loop_body")
+    inner.place(run, body, f"{sdfg.name}_body", [it, cond] + carried,
+                [b_cond] + b_carried + b_scans)
+    carry = sdfg.add_state_after(run, "loop_carry")
+    for k in range(n):
+        _copy(carry, b_carried[k], carried[k], sdfg)
+    _copy(carry, b_cond, cond, sdfg)
+    for k, arr in enumerate(scans):
+        if arr is None:
+            continue
+        shape = plan.outputs[n + k][1][1:]
+        _copy_at(carry, b_scans[k], arr, shape, {}, {0: i})
+    terms = []
+    if m_name:
+        terms.append(f"{i} < {plan.trips}" if plan.trips is not None
+                     else f"{i} < {inner.read(m_name)}[0]")
+    if not (plan.passes_cond and plan.cond_known_true):
+        terms.append(f"{cond}[0]")
+    after = sdfg.add_state("loop_end")
+    sdfg.add_loop(init, first, after, i, "0", " and ".join(f"({t})" for t in terms),
+                  f"{i} + 1", carry)
+
+
+def _build_scan(inner, plan, node):
+    sdfg = inner.sdfg
+    t = inner.loop_symbol()
+    n, m, length = plan.n, plan.m, plan.length
+    outs = [inner.write(k, o) if o else None for k, o in enumerate(node.output)]
+    carried = outs[:n]
+    for k in range(n):
+        if carried[k] is None:
+            elem, shape = plan.outputs[k]
+            carried[k] = inner.transient(f"carry{k}", shape, elem)
+    init = sdfg.add_state("scan_init", is_start_block=True)
+    for k in range(n):
+        _copy(init, inner.read(node.input[k]), carried[k], sdfg)
+    first = sdfg.add_state("scan_slices")
+    slices = []
+    for j in range(m):
+        src = inner.read(node.input[n + j])
+        e, s = plan.body.types[plan.body.graph.input[n + j].name]
+        dst = inner.transient(f"slice{j}", s, e)
+        at = f"({length - 1} - {t})" if plan.in_dirs[j] else t
+        _copy_at(first, src, dst, tuple(s), {plan.in_axes[j]: at}, {})
+        slices.append(dst)
+    b_carried = [inner.transient(f"next{k}", plan.outputs[k][1], plan.outputs[k][0])
+                 for k in range(n)]
+    b_scans = []
+    per_step = plan.body.output_types()[n:]
+    for k, (e, s) in enumerate(per_step):
+        b_scans.append(inner.transient(f"step{k}", s, e))
+    run = sdfg.add_state_after(first, "scan_body")
+    inner.place(run, plan.body, f"{sdfg.name}_body", carried + slices, b_carried + b_scans)
+    carry = sdfg.add_state_after(run, "scan_carry")
+    for k in range(n):
+        _copy(carry, b_carried[k], carried[k], sdfg)
+    for k, arr in enumerate(outs[n:]):
+        if arr is None:
+            continue
+        at = f"({length - 1} - {t})" if plan.out_dirs[k] else t
+        _copy_at(carry, b_scans[k], arr, tuple(per_step[k][1]), {}, {plan.out_axes[k]: at})
+    after = sdfg.add_state("scan_end")
+    sdfg.add_loop(init, first, after, t, "0", f"{t} < {length}", f"{t} + 1", carry)
+
+
+def _build_batched_scan(inner, plan, node):
+    """Opset 8: for each batch entry b, the scan of ``_build_scan`` on entry b of every
+    input and output (the state carried in a per-entry array)."""
+    sdfg = inner.sdfg
+    t, b = inner.loop_symbol(), inner.loop_symbol("batch")
+    n, m, length = plan.n, plan.m, plan.length
+    outs = [inner.write(k, o) if o else None for k, o in enumerate(node.output)]
+    per_step = plan.body.output_types()[n:]
+    cur = [inner.transient(f"state{k}", e_s[1][1:], e_s[0])
+           for k, e_s in enumerate(plan.outputs[:n])]
+    init = sdfg.add_state("scan_init", is_start_block=True)
+    entry = sdfg.add_state("scan_entry")
+    for k in range(n):
+        _copy_at(entry, inner.read(node.input[1 + k]), cur[k], plan.outputs[k][1][1:],
+                 {0: b}, {})
+    first = sdfg.add_state("scan_slices")
+    slices = []
+    for j in range(m):
+        e, s = plan.body.types[plan.body.graph.input[n + j].name]
+        dst = inner.transient(f"slice{j}", s, e)
+        at = f"({length - 1} - {t})" if plan.in_dirs[j] else t
+        _copy_at(first, inner.read(node.input[1 + n + j]), dst, tuple(s), {0: b, 1: at}, {})
+        slices.append(dst)
+    b_carried = [inner.transient(f"next{k}", plan.outputs[k][1][1:], plan.outputs[k][0])
+                 for k in range(n)]
+    b_scans = [inner.transient(f"step{k}", s, e) for k, (e, s) in enumerate(per_step)]
+    run = sdfg.add_state_after(first, "scan_body")
+    inner.place(run, plan.body, f"{sdfg.name}_body", cur + slices, b_carried + b_scans)
+    carry = sdfg.add_state_after(run, "scan_carry")
+    for k in range(n):
+        _copy(carry, b_carried[k], cur[k], sdfg)
+    for k, arr in enumerate(outs[n:]):
+        if arr is not None:
+            _copy_at(carry, b_scans[k], arr, tuple(per_step[k][1]), {}, {0: b, 1: t})
+    leave = sdfg.add_state("scan_leave")
+    for k, arr in enumerate(outs[:n]):
+        if arr is not None:
+            _copy_at(leave, cur[k], arr, plan.outputs[k][1][1:], {}, {0: b})
+    sdfg.add_loop(entry, first, leave, t, "0", f"{t} < {length}", f"{t} + 1", carry)
+    after = sdfg.add_state("scan_end")
+    sdfg.add_loop(init, entry, after, b, "0", f"{b} < {plan.batch}", f"{b} + 1", leave)
+
+
+def _copy_at(state, src, dst, shape, src_fixed: dict, dst_fixed: dict):
+    """dst = src over a slice of ``shape``, with the indices ``src_fixed`` / ``dst_fixed``
+    (axis -> expression) inserted into the source's / destination's index."""
+    ps = [f"j{i}" for i in range(len(shape))]
+    if any(d == 0 for d in shape):
+        return
+    ranges = {p: f"0:{d}" for p, d in zip(ps, shape)} or {"j0": "0:1"}
+
+    def index(fixed):
+        idx = list(ps) if (ps or fixed) else ["0"]
+        for axis in sorted(fixed):
+            idx.insert(axis, fixed[axis])
+        return ", ".join(idx)
+
+    mapped_tasklet(state, f"slice_{src}_{dst}", ranges,
+                   {"v": dace.Memlet(f"{src}[{index(src_fixed)}]")}, "o = v",
+                   {"o": dace.Memlet(f"{dst}[{index(dst_fixed)}]")})
