@@ -9,7 +9,7 @@ from workbench.ops import einsum, indexing, scatter, shape_ops, slicing  # noqa:
 from workbench.ops import affine_grid, bits, center_crop_pad, col2im, dft  # noqa: F401 (register)
 from workbench.ops import deform_conv, grid_sample, losses  # noqa: F401 (register)
 from workbench.ops import causal_conv, flex_attention, gated_activations, optimizers  # noqa: F401 (register)
-from workbench.ops import roi_align, tensor_scatter  # noqa: F401 (register)
+from workbench.ops import roi_align, signal_windows, tensor_scatter  # noqa: F401 (register)
 # Workbench-internal op types that transformations create; imported here so a
 # saved SDFG holding them expands without the transformation library.
 from workbench.ops import fused, layout_ops, onepass  # noqa: F401 (register)
