@@ -96,3 +96,13 @@ def test_roi_align_adaptive_sampling_grid():
                             output_height=3, output_width=4, sampling_ratio=0,
                             spatial_scale=0.8)
     _check_against_reference(_single_node_model(node, feeds, (4, 3, 3, 4)), feeds, atol=1e-6)
+
+
+def test_det_pivots_rows_of_larger_matrices():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
+    x[0, 1, 0] = 0.0    # a zero first pivot: the row swap decides the sign
+    x[1, 2, 3] = x[1, 2, 1]   # a singular matrix
+    feeds = {"x": x}
+    node = helper.make_node("Det", ["x"], ["y"])
+    _check_against_reference(_single_node_model(node, feeds, (2, 3)), feeds, atol=1e-4)
