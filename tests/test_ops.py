@@ -44,8 +44,14 @@ def op_models(op_type: str):
     return out
 
 
+# Op types onnxruntime does not run here (preview domains, Swish inside SwiGLU) or of another
+# domain than a case row can name: the node suite's cases judge them (tests/test_more_ops.py).
+NODE_SUITE_ONLY = {"FlexAttention", "SwiGLU", "Momentum", "Adagrad", "Adam", "Binarizer",
+                   "ArrayFeatureExtractor", "TreeEnsemble"}
+
+
 def test_every_registered_op_has_cases():
-    missing = sorted(supported_op_types() - set(CASES))
+    missing = sorted(supported_op_types() - set(CASES) - NODE_SUITE_ONLY)
     assert not missing, f"registered op types without a case in tests/op_cases/: {missing}"
     stale = sorted(set(CASES) - supported_op_types())
     assert not stale, f"cases for op types no longer registered: {stale}"

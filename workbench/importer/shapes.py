@@ -93,6 +93,7 @@ def infer_shapes(model: onnx.ModelProto, hints: dict = None,
     check_model_budget(model, memory_budget)
     symbolic = exact = None
     slim = without_weights(model)   # the same shapes, without serializing the weights
+    _declare_hints(slim, hints or {})
     with _quiet():
         try:
             exact = onnx.shape_inference.infer_shapes(slim, data_prop=True)
@@ -133,6 +134,24 @@ def infer_shapes(model: onnx.ModelProto, hints: dict = None,
             merged.graph.value_info.append(onnx.helper.make_tensor_value_info(name, elem, shape))
     check_model_budget(merged, memory_budget)
     return merged
+
+
+def _declare_hints(model: onnx.ModelProto, hints: dict) -> None:
+    """The values known at import, declared with their exact shapes before the engines run,
+    so that their readers are inferred from them: a node that stays compiled code (fold=False)
+    leaves its output's shape open to the engines (Range), and whatever reads that output
+    downstream (a causal mask cast like runtime data) stayed open too."""
+    graph_io = {v.name for v in list(model.graph.input) + list(model.graph.output)}
+    declared = {v.name: v for v in model.graph.value_info}
+    for name, value in hints.items():
+        if name in graph_io or value.dtype.kind not in "biuf":
+            continue
+        elem = onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
+        info = onnx.helper.make_tensor_value_info(name, elem, [int(d) for d in value.shape])
+        if name in declared:
+            declared[name].CopyFrom(info)
+        else:
+            model.graph.value_info.append(info)
 
 
 SYMBOLIC_MODULE = "onnxruntime.tools.symbolic_shape_infer"

@@ -8,7 +8,9 @@ from workbench.ops import recurrent, resize  # noqa: F401 (register)
 from workbench.ops import einsum, indexing, scatter, shape_ops, slicing  # noqa: F401 (register)
 from workbench.ops import affine_grid, bits, center_crop_pad, col2im, dft  # noqa: F401 (register)
 from workbench.ops import deform_conv, grid_sample, losses  # noqa: F401 (register)
-from workbench.ops import data_dependent  # noqa: F401 (register)
+from workbench.ops import causal_conv, data_dependent, determinant, flex_attention  # noqa: F401 (register)
+from workbench.ops import gated_activations, lrn, onnx_ml, optimizers  # noqa: F401 (register)
+from workbench.ops import roi_align, signal_windows, stft, tensor_scatter  # noqa: F401 (register)
 # Workbench-internal op types that transformations create; imported here so a
 # saved SDFG holding them expands without the transformation library.
 from workbench.ops import fused, layout_ops, onepass  # noqa: F401 (register)

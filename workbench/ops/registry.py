@@ -25,13 +25,15 @@ IMPLEMENTATION_NAMES = ("pure", "blas", "im2col", "shifted_gemm", "direct", "one
 
 _IMPLS: Dict[Tuple[str, str], Callable] = {}
 _INTERNAL: set = set()  # workbench-internal op types (fused nodes), not ONNX operators
+_DOMAIN: Dict[str, str] = {}  # op type -> its ONNX domain when not the default one
 
 
-def implements(*op_types: str, impl: str = "pure", internal: bool = False):
+def implements(*op_types: str, impl: str = "pure", internal: bool = False, domain: str = ""):
     """Register the decorated function as ``impl`` for each of ``op_types``.
 
     ``internal`` marks op types that only transformations create (domain
-    ``workbench``); they are left out of ``supported_op_types``.
+    ``workbench``); they are left out of ``supported_op_types``. ``domain``
+    names another ONNX domain the op types live in (``ai.onnx.ml``).
     """
     if impl not in IMPLEMENTATION_NAMES:
         raise ValueError(f"unknown implementation name {impl!r}")
@@ -39,6 +41,8 @@ def implements(*op_types: str, impl: str = "pure", internal: bool = False):
     def register(fn):
         for op_type in op_types:
             _IMPLS[(op_type, impl)] = fn
+            if domain:
+                _DOMAIN[op_type] = domain
             if internal:
                 _INTERNAL.add(op_type)
         return fn
@@ -87,7 +91,9 @@ def implementations_of(op_type: str) -> list:
 
 def is_supported(op_type: str, domain: str = "") -> bool:
     ours = domain == "workbench" and op_type in _INTERNAL   # the importer's own (importer/half.py)
-    return (domain in ("", "ai.onnx") or ours) and (op_type, "pure") in _IMPLS
+    home = _DOMAIN.get(op_type, "")
+    in_home = domain == home or (domain in ("", "ai.onnx") and home == "")
+    return (in_home or ours) and (op_type, "pure") in _IMPLS
 
 
 @dataclass
@@ -153,15 +159,17 @@ def make_call(node, state, sdfg) -> OpCall:
         if conn:
             edge = next(e for e in state.out_edges(node) if e.src_conn == conn)
             outs[conn] = sdfg.arrays[edge.data.data]
-    return OpCall(node, ins, outs, {**schema_defaults(node.op_type, node.opset), **node.attrs})
+    return OpCall(node, ins, outs, {**schema_defaults(node.op_type, node.opset,
+                                                      _DOMAIN.get(node.op_type, "")),
+                                    **node.attrs})
 
 
-def schema_defaults(op_type: str, opset: int) -> dict:
+def schema_defaults(op_type: str, opset: int, domain: str = "") -> dict:
     """Attribute defaults declared by the ONNX schema of ``op_type``."""
     import onnx
     from onnx import helper
     try:
-        schema = onnx.defs.get_schema(op_type, opset)
+        schema = onnx.defs.get_schema(op_type, opset, domain)
     except Exception:
         return {}
     out = {}
