@@ -29,16 +29,25 @@ def same(got, expected):
     assert [m.delta_bytes for m in got] == [m.delta_bytes for m in expected]
 
 
-@pytest.fixture(params=["one process", "with a helper"])
-def worker(request, monkeypatch):
-    if request.param == "with a helper":   # a forked helper predicts from the end (rule 6)
-        monkeypatch.setenv("WORKBENCH_REPLICA_HELPER_MIN", "1")
+@pytest.fixture
+def worker():
     r = Replica()
     yield r
     r.close()
 
 
-def test_every_way_to_a_step_gives_the_sessions_own_list(worker, tmp_path):
+@pytest.mark.parametrize("helper", [False, True], ids=["one process", "with a helper"])
+def test_every_way_to_a_step_gives_the_sessions_own_list(helper, tmp_path, monkeypatch):
+    if helper:   # a forked helper predicts rows from the end of the list (rule 6)
+        monkeypatch.setenv("WORKBENCH_REPLICA_HELPER_MIN", "1")
+    worker = Replica()
+    try:
+        _every_way(worker, tmp_path)
+    finally:
+        worker.close()
+
+
+def _every_way(worker, tmp_path):
     ws = workbench.open("mbconv")
     reports = []
     got = worker.listing(replica.spec(ws), replica.state(ws), None, lambda: False, lambda: (),
