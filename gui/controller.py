@@ -27,7 +27,7 @@ from gui.check_lane import CheckLane
 from gui.qtapp import settle_long_lived_objects
 from gui.worker import QtProgress, Runner
 from workbench.runtime.threads import DEFAULT_THREADS
-from workbench.session.replica import Replica
+from workbench.session.replica import Replica, ReplicaFailed
 
 REPLICA_MIN_NODES = 400
 
@@ -111,7 +111,7 @@ class Controller(QObject):
         self.matches_state = "done"     # listing | predicting | done
         self.on_screen = ()             # the match rows the user sees: predicted first
         # Graphs this large are listed and predicted in a worker process (see
-        # workbench.session.replica): ViT-tiny's 1,071 nodes took 20-30 s of pure Python
+        # workbench.session.replica): ViT-tiny's 1,397 nodes took 20-40 s of pure Python
         # that stalled the window; a bundled block lists in a second, less than the
         # worker takes to start. None: never.
         self.replica_min_nodes = REPLICA_MIN_NODES
@@ -218,12 +218,11 @@ class Controller(QObject):
             self.matchesReady.emit([], True)
             return
 
-        replica = self._replica_request(ws, nodes)
+        replica = self._replica_request(ws)
 
         def work(job):
             from workbench import transformation_api as transform
             if replica is not None:
-                from workbench.session.replica import ReplicaFailed
                 try:
                     return self.replica.listing(*replica, nodes, lambda: job.cancelled,
                                                 lambda: self.on_screen, job.report)
@@ -251,7 +250,7 @@ class Controller(QObject):
                            on_error=lambda e: self._failed("Listing transformations failed", e),
                            on_partial=listed)
 
-    def _replica_request(self, ws, nodes):
+    def _replica_request(self, ws):
         """(spec, state) for the listing worker (``workbench.session.replica``) when the
         graph has ``replica_min_nodes`` nodes or more, else None. Read here, on the UI
         thread: the step must be the one on screen, not one a later apply makes."""
@@ -268,11 +267,10 @@ class Controller(QObject):
         if ws is None:
             return
         runtime = dict(prof.per_operator) if prof is not None else None
-        replica = self._replica_request(ws, None)
+        replica = self._replica_request(ws)
 
         def work(job):
             if replica is not None:
-                from workbench.session.replica import ReplicaFailed
                 try:
                     return self.replica.analysis(*replica, runtime)
                 except ReplicaFailed:   # measured here instead
