@@ -1,4 +1,5 @@
-"""Integer and quantized linear algebra: MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv.
+"""Integer and quantized linear algebra: MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv,
+and onnxruntime's QGemm (com.microsoft).
 
 Each sums int32 products of zero-point-shifted integers with the MatMul or
 Conv maps (linalg.matmul_sum, conv.conv_sum); MatMulInteger also through a
@@ -12,7 +13,7 @@ import dace
 import numpy as np
 from dace.libraries.blas import Gemm
 
-from workbench.ops.accumulate import parallel
+from workbench.ops.accumulate import mapped_reduction, parallel
 from workbench.ops.conv import conv_sum
 from workbench.ops.linalg import _blas, _matmul_shapes, _wire, matmul_sum
 from workbench.ops.quantize_linear import saturated
@@ -175,3 +176,49 @@ def _constant_zero_point(call, position: int) -> int:
 
 def _texts(memlets: dict) -> dict:
     return {name: str(m.data) + f"[{m.subset}]" for name, m in memlets.items()}
+
+
+@implements("QGemm", domain="com.microsoft")
+def qgemm(call):
+    """onnxruntime's QGemm with a quantized output: Y = requantize(sum_k (A[m, k] - az) *
+    (B'[k, n] - bz[n]) + C[m, n]), C an int32 bias at scale a_scale * b_scale. The bias
+    starts the sum, so it is added exactly, as QLinearConv adds its bias."""
+    refuse_float16(call)
+    if call.attr("transA", 0) or float(call.attr("alpha", 1.0)) != 1.0:
+        raise call.fail("only transA = 0 and alpha = 1 are supported")
+    if call.input(7) is None:
+        raise call.fail("a float output (no y_scale) is not supported")
+    a, b, bias = call.input(0), call.input(3), call.input(6)
+    (M, K), N = call.shape(a), call.shape(call.output(0))[1]
+    b_at = "n, k" if call.attr("transB", 0) else "k, n"
+    reads, codes = {}, {}
+    for pos, name, index, extent in ((1, "sa", "m", 1), (2, "az", "m", 1), (4, "sb", "n", N),
+                                     (5, "bz", "n", N), (7, "sy", "m", 1), (8, "yz", "m", 1)):
+        r, codes[name] = _per(call, pos, name, index, extent)
+        reads.update(r)
+    sdfg, state = connector_sdfg(call, "qgemm")
+    acc, _ = sdfg.add_transient("acc", (M, N), dace.int32)
+    ranges = {"m": f"0:{M}", "n": f"0:{N}"}
+    init = sdfg.add_state_before(state, "bias")
+    start = ({"v": dace.Memlet(f"{bias}[{_bias_index(call, bias, M, N)}]")}, "c = v") \
+        if bias is not None else ({}, "c = 0")
+    parallel(mapped_tasklet(init, "bias", ranges, start[0], start[1],
+                            {"c": dace.Memlet(f"{acc}[m, n]")}))
+    sums = {k: v for k, v in reads.items() if k in ("az", "bz")}
+    mapped_reduction(state, "qgemm", ranges, {"k": f"0:{K}"}, {
+        "x": dace.Memlet(f"{a}[m, k]"), "w": dace.Memlet(f"{b}[{b_at}]"), **sums},
+        f"c = {_shifted('x', codes['az'])} * {_shifted('w', codes['bz'])}",
+        {"c": dace.Memlet(f"{acc}[m, n]", wcr="lambda p, q: p + q")})
+    scales = {k: v for k, v in reads.items() if k not in sums}
+    _requantize(call, sdfg, state, acc, f"{codes['sa']} * {codes['sb']} / {codes['sy']}",
+                codes["yz"], scales, {"m": 0, "n": 1})
+    return sdfg
+
+
+def _bias_index(call, bias: str, M: int, N: int) -> str:
+    """C's element for Y[m, n]: C broadcasts to (M, N) from the right, as Gemm's C does."""
+    shape = call.shape(bias)
+    if len(shape) > 2 or any(s not in (1, full) for s, full in zip(shape[::-1], (N, M))):
+        raise call.fail(f"the bias of shape {shape} does not broadcast to ({M}, {N})")
+    names = ["m", "n"][2 - len(shape):]
+    return ", ".join("0" if s == 1 else p for s, p in zip(shape, names)) or "0"
