@@ -174,3 +174,13 @@ def test_expansion_refuses_a_node_the_schema_forbids(attrs, why):
     node.set_attrs({**node.attrs, **attrs})
     with pytest.raises(UnsupportedCaseError, match=f"la_node.*{why}"):
         expand(node, state, ws.sdfg, "pure")
+
+
+def test_node_suite_cases_pass():
+    """Three of the suite's 14 (all 14 with `app.py conformance --ops LinearAttention`):
+    grouped heads, a decode step on a past state, float16 tensors (computed in float32)."""
+    from workbench.conformance import runner
+    names = ["test_linear_attention_gated_delta_gqa_cpu", "test_linear_attention_decode_step_cpu",
+             "test_linear_attention_fp16_cpu"]
+    results = runner.run_suite(names, workers=1, timeout=300)
+    assert {n: r["status"] for n, r in results.items()} == dict.fromkeys(names, "passed"), results
