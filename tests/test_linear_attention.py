@@ -176,6 +176,18 @@ def test_expansion_refuses_a_node_the_schema_forbids(attrs, why):
         expand(node, state, ws.sdfg, "pure")
 
 
+def test_a_gpu_build_is_refused_with_its_reason():
+    from workbench.build.settings import building_for
+    from workbench.ops.registry import expand
+    feeds = la_feeds(np.random.default_rng(5), "linear", T=2)
+    ws = workbench.open(la_model(feeds, {"q_num_heads": 4, "kv_num_heads": 2,
+                                         "update_rule": "linear"}))
+    node = next(n for n in onnx_ops(ws.sdfg) if n.op_type == "LinearAttention")
+    state = next(s for s in ws.sdfg.states() if node in s.nodes())
+    with building_for("gpu"), pytest.raises(UnsupportedCaseError, match="no GPU implementation"):
+        expand(node, state, ws.sdfg, "pure")
+
+
 def test_node_suite_cases_pass():
     """Three of the suite's 14 (all 14 with `app.py conformance --ops LinearAttention`):
     grouped heads, a decode step on a past state, float16 tensors (computed in float32)."""
