@@ -83,6 +83,8 @@ CASES = {  # id: (update rule, la_feeds arguments, attributes beyond the heads)
     "gated_delta_head_decay_dk_ne_dv": ("gated_delta", dict(T=3, dk=4, dv=6, decay="head"),
                                         {}),
     "gated_delta_decode_past_gqa": ("gated_delta", dict(T=1, hq=6, hkv=3, past=True), {}),
+    "gated_delta_one_sequence_many_heads": ("gated_delta", dict(B=1, T=16, hq=8, hkv=8, dk=32,
+                                                               dv=32, past=True), {}),
 }
 
 

@@ -87,8 +87,9 @@ def linear_attention(call):
           for c, a in conns.items() if a}
     code = _kernel(st, nt, group, dk, dv, scale, rule,
                    per_dim=bool(decay) and (call.shape(decay)[2] != hkv or dk == 1))
-    tasklet, _, _ = index_map(state, "linear_attention", (nb, hkv), reads, code, writes,
-                              language=dace.Language.CPP)
+    tasklet, entry, _ = index_map(state, "linear_attention", (nb, hkv), reads, code, writes,
+                                  language=dace.Language.CPP)
+    entry.map.collapse = 2   # the threads share out the heads even for a single sequence
     # Pointers even where a subset has one element (DaCe would pass that by value).
     for c in list(tasklet.in_connectors):
         tasklet.in_connectors[c] = dace.pointer(dace.float32)
