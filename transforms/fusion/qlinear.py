@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 
 import dace
 import numpy as np
-from dace.sdfg import nodes
 from onnx import helper
 
 from transforms.fusion import program as prog
+from transforms.fusion.qdq import EIGHT_BITS, quantization, remove_nodes, source, writer
 from transforms.graph import in_array, out_array, readers_elsewhere, single_consumer
 from transforms.operator_transformation import OperatorTransformation
 from workbench.importer.to_sdfg import connector_names
@@ -42,7 +42,6 @@ from workbench.transformation_api import register
 
 _INTEGER_OPS = {"Conv": ("QLinearConv", ""), "MatMul": ("QLinearMatMul", ""),
                 "Gemm": ("QGemm", "com.microsoft")}
-_EIGHT_BITS = (dace.int8, dace.uint8)
 
 
 @dataclass
@@ -50,50 +49,6 @@ class _Plan:
     dequantize: dict                  # "x", "w", "b" -> the DequantizeLinear feeding it
     quantize: OnnxOp
     consts: dict = field(default_factory=dict)  # role -> (scale, zero point or None)
-
-
-def _writer(state, node, conn):
-    """The one operator writing what ``node`` reads at ``conn``, or None."""
-    if not conn:
-        return None
-    edges = state.in_edges(in_array(state, node, conn))
-    return edges[0].src if len(edges) == 1 and isinstance(edges[0].src, OnnxOp) else None
-
-
-def _known(node, position: int):
-    """(value, present): the recorded constant at ``position``; None when unknown."""
-    if position >= len(node.onnx_inputs) or not node.onnx_inputs[position]:
-        return None, False
-    return node.consts.get(position), True
-
-
-def _quantization(sdfg, state, node, dtypes, axis_size=None, axis=None):
-    """(scale, zero point) of a DequantizeLinear/QuantizeLinear ``node`` whose integer
-    side is of ``dtypes``: one value, or one per index of ``axis`` (of ``axis_size``);
-    None when it is not such a node (rule 1, 2)."""
-    if node.domain not in ("", "ai.onnx") or int(node.attrs.get("block_size", 0) or 0):
-        return None
-    integer_conn = node.onnx_inputs[0] if node.op_type == "DequantizeLinear" \
-        else node.onnx_outputs[0]
-    float_conn = node.onnx_outputs[0] if node.op_type == "DequantizeLinear" \
-        else node.onnx_inputs[0]
-    arrays = {e.dst_conn: e.src.data for e in state.in_edges(node)}
-    arrays.update({e.src_conn: e.dst.data for e in state.out_edges(node)})
-    if (sdfg.arrays[arrays[integer_conn]].dtype not in dtypes
-            or sdfg.arrays[arrays[float_conn]].dtype != dace.float32):
-        return None
-    scale, _ = _known(node, 1)
-    zero, has_zero = _known(node, 2)
-    if scale is None or (has_zero and zero is None):
-        return None
-    if scale.size != 1:
-        rank = len(sdfg.arrays[arrays[integer_conn]].shape)
-        at = int(node.attrs.get("axis", 1))
-        if axis is None or scale.size != axis_size or (at + rank) % rank != axis:
-            return None
-    if zero is not None and zero.size != scale.size:
-        return None
-    return scale.ravel(), (zero.ravel() if zero is not None else None)
 
 
 def _weight_axis(core, rank: int):
@@ -122,11 +77,11 @@ def plan_qlinear(sdfg, state, core):
             and state.out_edges(product)[0].dst_conn == quantize.onnx_inputs[0]):
         return None
     plan = _Plan({}, quantize)
-    plan.consts["y"] = _quantization(sdfg, state, quantize, _EIGHT_BITS)
+    plan.consts["y"] = quantization(sdfg, state, quantize, EIGHT_BITS)
     if plan.consts["y"] is None or plan.consts["y"][0].size != 1:
         return None
     for role, conn in zip("xwb", ins):
-        dq = _writer(state, core, conn)
+        dq = writer(state, core, conn)
         if conn and (dq is None or dq.op_type != "DequantizeLinear"):
             return None
         if not conn:
@@ -135,8 +90,8 @@ def plan_qlinear(sdfg, state, core):
     w_shape = sdfg.arrays[in_array(state, core, ins[1]).data].shape
     axis = _weight_axis(core, len(w_shape))
     channels = int(w_shape[axis]) if axis is not None else None
-    plan.consts["x"] = _quantization(sdfg, state, plan.dequantize["x"], _EIGHT_BITS)
-    plan.consts["w"] = _quantization(sdfg, state, plan.dequantize["w"], _EIGHT_BITS,
+    plan.consts["x"] = quantization(sdfg, state, plan.dequantize["x"], EIGHT_BITS)
+    plan.consts["w"] = quantization(sdfg, state, plan.dequantize["w"], EIGHT_BITS,
                                      channels, axis)
     if plan.consts["x"] is None or plan.consts["x"][0].size != 1 or plan.consts["w"] is None:
         return None
@@ -147,7 +102,7 @@ def plan_qlinear(sdfg, state, core):
 
 def _exact_bias(sdfg, state, plan, channels: int) -> bool:
     """Rule 1's bias: int32, zero point 0, scale x_scale * w_scale (as float32 has it)."""
-    q = _quantization(sdfg, state, plan.dequantize["b"], (dace.int32,), channels, 0)
+    q = quantization(sdfg, state, plan.dequantize["b"], (dace.int32,), channels, 0)
     if q is None:
         return False
     scale, zero = q
@@ -187,7 +142,7 @@ class QLinearFusion(OperatorTransformation):
         # QLinearConv takes its bias last, QGemm between B's and Y's quantization
         refs += {"QLinearConv": quantized + bias, "QGemm": bias + quantized,
                  "QLinearMatMul": quantized}[op_type]
-        sources = [_source(state, owner, k) if owner is not None else None
+        sources = [source(state, owner, k) if owner is not None else None
                    for owner, k in refs]
         consts = {i: owner.consts[k] for i, (owner, k) in enumerate(refs)
                   if owner is not None and k in owner.consts}
@@ -209,34 +164,9 @@ class QLinearFusion(OperatorTransformation):
         result = out_array(state, q, q.onnx_outputs[0])
         state.add_edge(node, out, result, None,
                        dace.Memlet.from_array(result.data, sdfg.arrays[result.data]))
-        _remove(sdfg, state, [core, q, out_array(state, core, core.onnx_outputs[0])])
+        remove_nodes(sdfg, state, [core, q, out_array(state, core, core.onnx_outputs[0])])
         for dequantize in dq.values():
             dequantized = out_array(state, dequantize, dequantize.onnx_outputs[0])
             if (state.out_degree(dequantized) == 0 and sdfg.arrays[dequantized.data].transient
                     and readers_elsewhere(sdfg, state, dequantized.data) == 0):
-                _remove(sdfg, state, [dequantize, dequantized])
-
-
-def _source(state, node, position: int):
-    """The access node ``node`` reads at ONNX input ``position``, or None when absent."""
-    conns = node.onnx_inputs
-    if position >= len(conns) or not conns[position]:
-        return None
-    return in_array(state, node, conns[position])
-
-
-def _remove(sdfg, state, members) -> None:
-    """Remove ``members``, then the access nodes left unconnected and their transients."""
-    neighbours = {e.src for m in members for e in state.in_edges(m)}
-    for member in members:
-        state.remove_node(member)
-    for access in neighbours - set(members):
-        if access in state.nodes() and state.degree(access) == 0:
-            state.remove_node(access)
-            still = any(n.data == access.data for s in sdfg.states() for n in s.data_nodes())
-            if not still and sdfg.arrays[access.data].transient:
-                sdfg.remove_data(access.data, validate=False)
-    for member in members:
-        if isinstance(member, nodes.AccessNode) and sdfg.arrays[member.data].transient and not any(
-                n.data == member.data for s in sdfg.states() for n in s.data_nodes()):
-            sdfg.remove_data(member.data, validate=False)
+                remove_nodes(sdfg, state, [dequantize, dequantized])
