@@ -174,7 +174,7 @@ def conv_im2col(call):
     """Y[n, g] = W[g] @ cols[n, g]: cols[(c, k..), o..] = Xpadded[n, g*C/G + c, o*s + k*d]."""
     refuse_float16(call)
     x, w, b, y = call.input(0), call.input(1), call.input(2), call.output(0)
-    xs, ws, ys = call.shape(x), call.shape(w), call.shape(y)
+    ws, ys = call.shape(w), call.shape(y)
     impl = blas_implementation()
     if impl is None:
         raise call.fail("no BLAS library found (install libopenblas-dev liblapacke-dev)")
@@ -183,21 +183,43 @@ def conv_im2col(call):
     taps, pixels = cpg * math.prod(ws[2:]), math.prod(ys[2:])
     if 1 in (mpg, taps, pixels):  # DaCe's Gemm refuses size-1 dims (depthwise, 1x1 maps)
         return conv_direct(call)
-    win = sliding_window(call, xs, ys, ws[2:])
     sdfg, state = connector_sdfg(call, "conv_im2col", {
         w: (group, mpg, taps), y: (ys[0], group, mpg, pixels)})
+    im2col_gemms(call, sdfg, state, call.dtype(x), impl)
+    if b is not None:
+        bias = sdfg.add_state_after(state, "bias")
+        at = f"{y}[n, g, m, p]"
+        parallel(mapped_tasklet(
+            bias, "bias", image_ranges((ys[0], group), ["m", "p"], (mpg, pixels), "g"),
+            {"v": dace.Memlet(f"{b}[g * {mpg} + m]"), "acc": dace.Memlet(at)}, "o = acc + v",
+            {"o": dace.Memlet(at)}))
+    return sdfg
+
+
+def im2col_gemms(call, sdfg, state, dtype, impl: str, w_pos: int = 1, w: str = None,
+                 y: str = None, fill: str = "0", value: str = "v"):
+    """In ``state``, y[n, g] = w[g] @ cols[n, g], one BLAS GEMM per (image, group), ``w``
+    seen as (G, M/G, taps) and ``y`` as (N, G, M/G, pixels); they default to the weight
+    input (at ``w_pos``) and the output, or name other arrays of those shapes. Before it,
+    cols[n, g, (c, k..), o..] = ``value`` of v = Xpadded[n, g*C/G + c, o*s + k*d] (the pads
+    hold ``fill``), a transient of ``dtype``."""
+    x, w, y = call.input(0), w or call.input(w_pos), y or call.output(0)
+    xs, ws, ys = call.shape(x), call.shape(call.input(w_pos)), call.shape(call.output(0))
+    group = call.attr("group", 1)
+    cpg, mpg = ws[1], ys[1] // group
+    taps, pixels = cpg * math.prod(ws[2:]), math.prod(ys[2:])
+    win = sliding_window(call, xs, ys, ws[2:])
     cols = "cols"
-    sdfg.add_transient(cols, (ys[0], group, taps, pixels), call.dtype(x),
-                       storage=transient_storage())
+    sdfg.add_transient(cols, (ys[0], group, taps, pixels), dtype, storage=transient_storage())
     unfold = sdfg.add_state_before(state, "unfold")
-    src = padded_input(sdfg, unfold, x, xs, win, "0")
+    src = padded_input(sdfg, unfold, x, xs, win, fill)
     out, ker = spatial_vars("o", win.nsp), spatial_vars("k", win.nsp)
     row, column = _row_major(["c"] + ker, ws[1:]), _row_major(out, ys[2:])
     parallel(mapped_tasklet(
         unfold, "unfold", {"n": f"0:{ys[0]}", "g": f"0:{group}", "c": f"0:{cpg}",
                            **ranges(ker, ws[2:]), **ranges(out, ys[2:])},
         {"v": dace.Memlet(f"{src}[n, g * {cpg} + c, {', '.join(win.taps(out, ker))}]")},
-        "o = v", {"o": dace.Memlet(f"{cols}[n, g, {row}, {column}]")}))
+        f"o = {value}", {"o": dace.Memlet(f"{cols}[n, g, {row}, {column}]")}))
     # One GEMM per (image, group), one after another: each is parallel in BLAS.
     entry, exit_ = state.add_map("gemms", {"n": f"0:{ys[0]}", "g": f"0:{group}"},
                                  dace.ScheduleType.Sequential)
@@ -209,14 +231,6 @@ def conv_im2col(call):
                           memlet=dace.Memlet(f"{cols}[n, g, 0:{taps}, 0:{pixels}]"))
     state.add_memlet_path(node, exit_, state.add_write(y), src_conn="_c",
                           memlet=dace.Memlet(f"{y}[n, g, 0:{mpg}, 0:{pixels}]"))
-    if b is not None:
-        bias = sdfg.add_state_after(state, "bias")
-        at = f"{y}[n, g, m, p]"
-        parallel(mapped_tasklet(
-            bias, "bias", image_ranges((ys[0], group), ["m", "p"], (mpg, pixels), "g"),
-            {"v": dace.Memlet(f"{b}[g * {mpg} + m]"), "acc": dace.Memlet(at)}, "o = acc + v",
-            {"o": dace.Memlet(at)}))
-    return sdfg
 
 
 def _row_major(names, extents) -> str:

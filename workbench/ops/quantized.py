@@ -1,23 +1,21 @@
 """Integer and quantized linear algebra: MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv.
 
 Each sums int32 products of zero-point-shifted integers with the MatMul or
-Conv maps (linalg.matmul_sum, conv.conv_sum); MatMulInteger also through a
-float32 GEMM where that is exact (``matmul_integer_blas``). The QLinear ops then
-requantize every sum: y = saturate(round_half_even(acc * scale) + y_zero_point),
-with scale = x_scale * w_scale / y_scale as the spec's formula implies.
+Conv maps (linalg.matmul_sum, conv.conv_sum); quantized_gemm.py sums them by
+float GEMM instead where that is exact. The QLinear ops then requantize every
+sum: y = saturate(round_half_even(acc * scale) + y_zero_point), with
+scale = x_scale * w_scale / y_scale as the spec's formula implies.
 """
 import math
 
 import dace
-import numpy as np
-from dace.libraries.blas import Gemm
 
 from workbench.ops.accumulate import parallel
 from workbench.ops.conv import conv_sum
-from workbench.ops.linalg import _blas, _matmul_shapes, _wire, matmul_sum
+from workbench.ops.linalg import matmul_sum
 from workbench.ops.quantize_linear import saturated
 from workbench.ops.reduce import refuse_float16
-from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet, np_dtype
+from workbench.ops.registry import implements, mapped_tasklet
 
 
 def _per(call, position: int, name: str, index: str, extent: int):
@@ -48,54 +46,6 @@ def matmul_integer(call):
     bz_reads, bz = _per(call, 3, "bz", "n", N)
     return matmul_sum(call, f"{_shifted('x', az)} * {_shifted('w', bz)}",
                       _texts({**az_reads, **bz_reads}))[0]
-
-
-# float32 represents every integer below 2**24 exactly, so a GEMM whose every partial
-# sum stays below it adds without rounding, in any order, fused multiply-adds too
-_EXACT_IN_FLOAT32 = 1 << 24
-
-
-@implements("MatMulInteger", impl="blas")
-def matmul_integer_blas(call):
-    """MatMulInteger as sgemm on the zero-point-shifted operands, exact when
-    K * max|A - a_zero_point| * max|B - b_zero_point| < 2**24 (K <= 258 for 8-bit types:
-    every quantized transformer's MatMul of hidden size up to 256); else the int32 maps."""
-    a, b, y = call.input(0), call.input(1), call.output(0)
-    pa, pb, M, K, N = _matmul_shapes(call.shape(a), call.shape(b))
-    rows = math.prod(pa) * M
-    a_zero = call.input(2)
-    per_row = a_zero is not None and math.prod(call.shape(a_zero)) != 1
-    if (not all(n == 1 for n in pb) or per_row or 1 in (rows, K, N) or 0 in (rows, K, N)
-            or K * _span(call.dtype(a)) * _span(call.dtype(b)) >= _EXACT_IN_FLOAT32):
-        return matmul_integer(call)  # batched B, per-row zero points, or not exact
-    impl = _blas(call)
-    sdfg, state = connector_sdfg(call, "matmul_integer_gemm",
-                                 {a: (rows, K), b: (K, N), y: (rows, N)})
-    for name, shape in (("af", (rows, K)), ("bf", (K, N)), ("cf", (rows, N))):
-        sdfg.add_transient(name, shape, dace.float32)
-    for src, dst, position, (p, q), extents in ((a, "af", 2, ("r", "k"), (rows, K)),
-                                                (b, "bf", 3, ("k", "n"), (K, N))):
-        reads, z = _per(call, position, "z", "n", N)  # A's is one value (per_row above)
-        parallel(mapped_tasklet(state, f"shift_{dst}", {p: f"0:{extents[0]}",
-                                                         q: f"0:{extents[1]}"},
-                                {"v": dace.Memlet(f"{src}[{p}, {q}]"), **reads},
-                                f"o = {_shifted('v', z)}", {"o": dace.Memlet(f"{dst}[{p}, {q}]")}))
-    state = sdfg.add_state_after(state, "gemm")
-    node = Gemm("gemm", alpha=1, beta=0)
-    node.implementation = impl
-    state.add_node(node)
-    _wire(sdfg, state, node, {"af": "_a", "bf": "_b"}, {"cf": "_c"})
-    state = sdfg.add_state_after(state, "to_int32")
-    parallel(mapped_tasklet(state, "to_int32", {"r": f"0:{rows}", "n": f"0:{N}"},
-                            {"c": dace.Memlet("cf[r, n]")}, "o = c",
-                            {"o": dace.Memlet(f"{y}[r, n]")}))
-    return sdfg
-
-
-def _span(dtype) -> int:
-    """The largest |value - zero point| of an integer type."""
-    info = np.iinfo(np_dtype(dtype))
-    return int(info.max) - int(info.min)
 
 
 @implements("QLinearMatMul")
@@ -142,18 +92,24 @@ def qlinear_conv(call):
 
 
 def _requantize(call, sdfg, state, acc: str, scale: str, zero_point: str, reads: dict,
-                axes: dict):
-    """Y = saturate(nearbyint(acc * scale) + zero_point); ``axes`` name the dims that
-    per-row/column/channel reads index (``m``, ``n``) by position in acc's shape."""
+                axes: dict, bias: str = None):
+    """Y = saturate(nearbyint(float32(acc + bias) * scale) + zero_point) in float32, as
+    onnxruntime's MlasRequantizeOutput (a double product rounds differently near .5 ties).
+    ``acc`` holds int32 sums, or float ones of integers (a GEMM's); ``bias`` (memlet text)
+    adds int32. ``axes`` name the dims that per-row/column/channel reads (and ``bias``)
+    index (``m``, ``n``, ``g``) by position in acc's shape."""
     shape = sdfg.arrays[acc].shape
     params = [f"i{d}" for d in range(len(shape))]
     for name, dim in axes.items():
         params[dim] = name
     at = f"[{', '.join(params)}]"
+    total = "int(s)"
+    if bias is not None:
+        reads, total = {**reads, "b": dace.Memlet(bias)}, "int(s) + b"
     state = sdfg.add_state_after(state, "requantize")
     parallel(mapped_tasklet(state, "requantize", {p: f"0:{n}" for p, n in zip(params, shape)},
                             {"s": dace.Memlet(f"{acc}{at}"), **reads},
-                            f"q = nearbyint(float(s) * ({scale})) + {zero_point}\n"
+                            f"q = nearbyint(dace.float32({total}) * ({scale})) + {zero_point}\n"
                             f"o = {saturated('q', call.dtype(call.output(0)))}",
                             {"o": dace.Memlet(f"{call.output(0)}{at}")}))
 

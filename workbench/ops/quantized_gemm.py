@@ -1,0 +1,157 @@
+"""MatMulInteger, QLinearMatMul and QLinearConv as one float BLAS GEMM of the
+zero-point-shifted integers (im2col first for the Conv), then int32 and requantized.
+
+Exact, not approximate: a float type represents every integer below 2**p (p = 24
+for float32, 53 for float64), so a GEMM whose every partial sum stays below it adds
+integers without rounding, in any order, fused multiply-adds too. The partial sums
+are bounded by K * max|a - a_zero_point| * max|b - b_zero_point|: sgemm below 2**24,
+else dgemm (8-bit products are below 2**16, so K up to 2**37). What the GEMMs cannot
+do (size-1 dims, which DaCe's Gemm refuses; a batched B; per-row zero points of A)
+runs on the int32 maps of quantized.py.
+"""
+import math
+
+import dace
+import numpy as np
+
+from workbench.build.settings import transient_storage
+from workbench.ops.accumulate import parallel
+from workbench.ops.conv import im2col_gemms
+from workbench.ops.linalg import _blas, _matmul_shapes, _wire
+from workbench.ops.quantized import (_constant_zero_point, _per, _requantize, _shifted,
+                                     matmul_integer, qlinear_conv, qlinear_matmul)
+from workbench.ops.reduce import refuse_float16
+from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet, np_dtype
+
+
+@implements("MatMulInteger", impl="blas")
+def matmul_integer_blas(call):
+    """int32 Y = (A - a_zero_point) @ (B - b_zero_point) by one exact float GEMM."""
+    made = _shifted_matmul(call, "matmul_integer_gemm", 1, 2, 3)
+    if made is None:
+        return matmul_integer(call)
+    sdfg, state, acc = made
+    rows, columns = sdfg.arrays[acc].shape
+    state = sdfg.add_state_after(state, "to_int32")
+    parallel(mapped_tasklet(state, "to_int32", {"r": f"0:{rows}", "n": f"0:{columns}"},
+                            {"c": dace.Memlet(f"{acc}[r, n]")}, "o = c",
+                            {"o": dace.Memlet(f"{call.output(0)}[r, n]")}))
+    return sdfg
+
+
+@implements("QLinearMatMul", impl="blas")
+def qlinear_matmul_blas(call):
+    """QLinearMatMul: one exact float GEMM, then requantized (b_scale per tensor or column)."""
+    refuse_float16(call)
+    per_tensor_a = all(call.input(p) is None or math.prod(call.shape(call.input(p))) == 1
+                       for p in (1, 2))
+    made = _shifted_matmul(call, "qlinear_matmul_gemm", 3, 2, 5) if per_tensor_a else None
+    if made is None:
+        return qlinear_matmul(call)
+    sdfg, state, acc = made
+    columns = sdfg.arrays[acc].shape[1]
+    reads, codes = {}, {}
+    for pos, name, extent in ((1, "sa", 1), (4, "sb", columns), (6, "sy", 1), (7, "yz", 1)):
+        r, codes[name] = _per(call, pos, name, "n", extent)
+        reads.update(r)
+    _requantize(call, sdfg, state, acc, f"{codes['sa']} * {codes['sb']} / {codes['sy']}",
+                codes["yz"], reads, {"n": 1})
+    return sdfg
+
+
+@implements("QLinearConv", impl="blas")
+def qlinear_conv_blas(call):
+    """QLinearConv: im2col of X - x_zero_point (the pads hold x_zero_point: 0 once shifted),
+    one exact float GEMM per (image, group) with W - w_zero_point, then + bias, requantized."""
+    refuse_float16(call)
+    w, b, y = call.input(3), call.input(8), call.output(0)
+    ws, ys = call.shape(w), call.shape(y)
+    group = call.attr("group", 1)
+    channels, mpg = ys[1], ys[1] // group
+    taps, pixels = ws[1] * math.prod(ws[2:]), math.prod(ys[2:])
+    xz = _constant_zero_point(call, 2)
+    ftype = _exact_float(taps, _span(call, 0, 2), _span(call, 3, 5))
+    # DaCe's Gemm refuses size-1 dims: depthwise (one output channel per group), 1x1 outputs
+    if 1 in (mpg, taps, pixels) or 0 in ys or ftype is None:
+        return qlinear_conv(call)
+    impl = _blas(call)
+    sdfg, state = connector_sdfg(call, "qlinear_conv_gemm", {
+        w: (group, mpg, taps), y: (ys[0], group, mpg, pixels)})
+    sdfg.add_transient("w_shifted", (group, mpg, taps), ftype, storage=transient_storage())
+    sdfg.add_transient("acc", (ys[0], group, mpg, pixels), ftype, storage=transient_storage())
+    channel = f"g * {mpg} + m"
+    wz_reads, wz = _per(call, 5, "wz", channel, channels)
+    parallel(mapped_tasklet(state, "shift_w", {"g": f"0:{group}", "m": f"0:{mpg}",
+                                               "t": f"0:{taps}"},
+                            {"v": dace.Memlet(f"{w}[g, m, t]"), **wz_reads},
+                            f"o = {_shifted('v', wz)}", {"o": dace.Memlet("w_shifted[g, m, t]")}))
+    state = sdfg.add_state_after(state, "gemms")
+    im2col_gemms(call, sdfg, state, ftype, impl, w_pos=3, w="w_shifted", y="acc",
+                 fill=str(xz), value=f"int(v) - ({xz})")
+    reads, codes = {}, {}
+    for pos, name, extent in ((1, "sx", 1), (4, "sw", channels), (6, "sy", 1), (7, "yz", 1)):
+        r, codes[name] = _per(call, pos, name, channel, extent)
+        reads.update(r)
+    _requantize(call, sdfg, state, "acc", f"{codes['sx']} * {codes['sw']} / {codes['sy']}",
+                codes["yz"], reads, {"g": 1, "m": 2}, bias=b and f"{b}[{channel}]")
+    return sdfg
+
+
+def _shifted_matmul(call, name: str, b_pos: int, az_pos: int, bz_pos: int):
+    """(sdfg, state, acc): acc = (A - az) @ (B - bz) by one float GEMM over A's rows (its
+    batch folded in), Y seen as (rows, N); None where the GEMM cannot be exact or DaCe's
+    Gemm cannot take it (the caller then runs the int32 maps)."""
+    a, b, y = call.input(0), call.input(b_pos), call.output(0)
+    pa, pb, M, K, N = _matmul_shapes(call.shape(a), call.shape(b))
+    rows = math.prod(pa) * M
+    a_zero = call.input(az_pos)
+    per_row = a_zero is not None and math.prod(call.shape(a_zero)) != 1
+    if not all(n == 1 for n in pb) or per_row or 1 in (rows, K, N) or 0 in (rows, K, N):
+        return None
+    ftype = _exact_float(K, _span(call, 0, az_pos), _span(call, b_pos, bz_pos))
+    if ftype is None:
+        return None
+    impl = _blas(call)
+    sdfg, state = connector_sdfg(call, name, {a: (rows, K), b: (K, N), y: (rows, N)})
+    for arr, shape in (("a_shifted", (rows, K)), ("b_shifted", (K, N)), ("acc", (rows, N))):
+        sdfg.add_transient(arr, shape, ftype, storage=transient_storage())
+    for src, dst, position, (p, q), extents in ((a, "a_shifted", az_pos, ("r", "k"), (rows, K)),
+                                                (b, "b_shifted", bz_pos, ("k", "n"), (K, N))):
+        reads, z = _per(call, position, "z", "n", N)  # A's is one value (per_row above)
+        parallel(mapped_tasklet(state, f"shift_{src}", {p: f"0:{extents[0]}",
+                                                        q: f"0:{extents[1]}"},
+                                {"v": dace.Memlet(f"{src}[{p}, {q}]"), **reads},
+                                f"o = {_shifted('v', z)}", {"o": dace.Memlet(f"{dst}[{p}, {q}]")}))
+    state = sdfg.add_state_after(state, "gemm")
+    node = dace.libraries.blas.Gemm("gemm", alpha=1, beta=0)
+    node.implementation = impl
+    state.add_node(node)
+    _wire(sdfg, state, node, {"a_shifted": "_a", "b_shifted": "_b"}, {"acc": "_c"})
+    return sdfg, state, "acc"
+
+
+def _exact_float(k: int, span_a: int, span_b: int):
+    """The float type whose GEMM sums k products of integers up to span_a and span_b
+    in magnitude exactly, or None (then only int32 maps are exact)."""
+    bound = k * span_a * span_b
+    if bound < 1 << 24:
+        return dace.float32
+    if bound < 1 << 53:
+        return dace.float64
+    return None
+
+
+def _span(call, value_pos: int, zero_pos: int) -> int:
+    """An upper bound of |v - zero point| over input ``value_pos``: from its values and
+    zero points where they are recorded constants (small weights), else their dtype's range."""
+    info = np.iinfo(np_dtype(call.dtype(call.input(value_pos))))
+    lo, hi = int(info.min), int(info.max)
+    value = call.const(value_pos)
+    if value is not None and value.size:
+        lo, hi = int(value.min()), int(value.max())
+    zlo = zhi = 0
+    if call.input(zero_pos) is not None:
+        zero = call.const(zero_pos)
+        zlo, zhi = (int(zero.min()), int(zero.max())) if zero is not None and zero.size \
+            else (int(info.min), int(info.max))
+    return max(hi - zlo, zhi - lo, 0)
