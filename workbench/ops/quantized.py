@@ -94,7 +94,8 @@ def qlinear_conv(call):
 def _requantize(call, sdfg, state, acc: str, scale: str, zero_point: str, reads: dict,
                 axes: dict, bias: str = None):
     """Y = saturate(nearbyint(float32(acc + bias) * scale) + zero_point) in float32, as
-    onnxruntime's MlasRequantizeOutput (a double product rounds differently near .5 ties).
+    onnxruntime's MlasRequantizeOutput (a double product rounds differently near .5 ties;
+    DaCe writes a tasklet's Python float() as C++ float, dace.float32 says so plainly).
     ``acc`` holds int32 sums, or float ones of integers (a GEMM's); ``bias`` (memlet text)
     adds int32. ``axes`` name the dims that per-row/column/channel reads (and ``bias``)
     index (``m``, ``n``, ``g``) by position in acc's shape."""
