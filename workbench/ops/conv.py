@@ -14,6 +14,7 @@ from workbench.build.settings import blas_implementation, transient_storage
 from workbench.ops.accumulate import mapped_reduction, parallel
 from workbench.ops.reduce import refuse_float16
 from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
+from workbench.ops.simd import substitute
 from workbench.ops.window import (image_ranges, padded_input, ranges, row_map, sliding_window,
                                   spatial_vars)
 
@@ -213,13 +214,18 @@ def im2col_gemms(call, sdfg, state, dtype, impl: str, w_pos: int = 1, w: str = N
     sdfg.add_transient(cols, (ys[0], group, taps, pixels), dtype, storage=transient_storage())
     unfold = sdfg.add_state_before(state, "unfold")
     src = padded_input(sdfg, unfold, x, xs, win, fill)
+    # one vectorized loop per row of output pixels (strided along the input row)
     out, ker = spatial_vars("o", win.nsp), spatial_vars("k", win.nsp)
-    row, column = _row_major(["c"] + ker, ws[1:]), _row_major(out, ys[2:])
-    parallel(mapped_tasklet(
-        unfold, "unfold", {"n": f"0:{ys[0]}", "g": f"0:{group}", "c": f"0:{cpg}",
-                           **ranges(ker, ws[2:]), **ranges(out, ys[2:])},
-        {"v": dace.Memlet(f"{src}[n, g * {cpg} + c, {', '.join(win.taps(out, ker))}]")},
-        f"o = {value}", {"o": dace.Memlet(f"{cols}[n, g, {row}, {column}]")}))
+    width, step = ys[-1], win.strides[-1]
+    at = win.taps(out[:-1] + ["0"], ker)
+    at[-1] = f"{at[-1]}:{at[-1]} + {(width - 1) * step + 1}"
+    row, column = _row_major(["c"] + ker, ws[1:]), _row_major(out[:-1] + ["0"], ys[2:])
+    read = "v" if width == 1 else f"v[j_ * {step}]"
+    row_map(unfold, "unfold", {"n": f"0:{ys[0]}", "g": f"0:{group}", "c": f"0:{cpg}",
+                               **ranges(ker, ws[2:]), **ranges(out[:-1], ys[2:-1])},
+            {"v": f"{src}[n, g * {cpg} + c, {', '.join(at)}]"},
+            {"o": f"{cols}[n, g, {row}, {column}:{column} + {width}]"}, "o[j_]",
+            substitute(value, {"v": read}), width, dtype)
     # One GEMM per (image, group), one after another: each is parallel in BLAS.
     entry, exit_ = state.add_map("gemms", {"n": f"0:{ys[0]}", "g": f"0:{group}"},
                                  dace.ScheduleType.Sequential)

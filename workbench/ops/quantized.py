@@ -7,15 +7,17 @@ sum: y = saturate(round_half_even(acc * scale) + y_zero_point), with
 scale = x_scale * w_scale / y_scale as the spec's formula implies.
 """
 import math
+import re
 
 import dace
 
-from workbench.ops.accumulate import parallel
 from workbench.ops.conv import conv_sum
 from workbench.ops.linalg import matmul_sum
 from workbench.ops.quantize_linear import saturated
 from workbench.ops.reduce import refuse_float16
-from workbench.ops.registry import implements, mapped_tasklet
+from workbench.ops.registry import implements
+from workbench.ops.simd import substitute
+from workbench.ops.window import row_map
 
 
 def _per(call, position: int, name: str, index: str, extent: int):
@@ -52,17 +54,13 @@ def matmul_integer(call):
 def qlinear_matmul(call):
     refuse_float16(call)
     M, N = _rows_columns(call, 0, 3)
-    reads, codes = {}, {}
-    for pos, name, index, extent in ((1, "sa", "m", M), (2, "az", "m", M), (4, "sb", "n", N),
-                                     (5, "bz", "n", N), (6, "sy", "m", 1), (7, "yz", "m", 1)):
-        r, codes[name] = _per(call, pos, name, index, extent)
-        reads.update(r)
-    product = f"{_shifted('x', codes['az'])} * {_shifted('w', codes['bz'])}"
-    sums = {k: v for k, v in reads.items() if k in ("az", "bz")}
-    sdfg, state, acc = matmul_sum(call, product, _texts(sums), dace.int32, b_pos=3)
-    scales = {k: v for k, v in reads.items() if k not in sums}
-    _requantize(call, sdfg, state, acc, f"{codes['sa']} * {codes['sb']} / {codes['sy']}",
-                codes["yz"], scales, {"m": -2, "n": -1})
+    az_reads, az = _per(call, 2, "az", "m", M)
+    bz_reads, bz = _per(call, 5, "bz", "n", N)
+    product = f"{_shifted('x', az)} * {_shifted('w', bz)}"
+    sdfg, state, acc = matmul_sum(call, product, _texts({**az_reads, **bz_reads}), dace.int32,
+                                  b_pos=3)
+    rank = len(sdfg.arrays[acc].shape)
+    _requantize(call, sdfg, state, acc, {1: (f"d{rank - 2}", M), 4: (f"d{rank - 1}", N)})
     return sdfg
 
 
@@ -80,39 +78,50 @@ def qlinear_conv(call):
     channels = call.shape(call.output(0))[1]
     xz = _constant_zero_point(call, 2)
     wz_reads, wz = _per(call, 5, "wz", "m", channels)
-    reads, codes = {}, {}
-    for pos, name, extent in ((1, "sx", 1), (4, "sw", channels), (6, "sy", 1), (7, "yz", 1)):
-        r, codes[name] = _per(call, pos, name, "m", extent)
-        reads.update(r)
     sdfg, state, acc = conv_sum(call, f"(int(v) - {xz}) * {_shifted('f', wz)}", str(xz),
                                 wz_reads, bias=call.input(8), acc_type=dace.int32, w_pos=3)
-    _requantize(call, sdfg, state, acc, f"{codes['sx']} * {codes['sw']} / {codes['sy']}",
-                codes["yz"], reads, {"m": 1})
+    _requantize(call, sdfg, state, acc, {4: ("d1", channels)})
     return sdfg
 
 
-def _requantize(call, sdfg, state, acc: str, scale: str, zero_point: str, reads: dict,
-                axes: dict, bias: str = None):
-    """Y = saturate(nearbyint(float32(acc + bias) * scale) + zero_point) in float32, as
-    onnxruntime's MlasRequantizeOutput (a double product rounds differently near .5 ties;
-    DaCe writes a tasklet's Python float() as C++ float, dace.float32 says so plainly).
-    ``acc`` holds int32 sums, or float ones of integers (a GEMM's); ``bias`` (memlet text)
-    adds int32. ``axes`` name the dims that per-row/column/channel reads (and ``bias``)
-    index (``m``, ``n``, ``g``) by position in acc's shape."""
+def _requantize(call, sdfg, state, acc: str, per: dict, bias: tuple = None):
+    """Y = saturate(nearbyint(float32(acc + bias) * (s1 * s4 / s6)) + z7) in float32 (sN,
+    zN: the op's inputs at position N), as onnxruntime's MlasRequantizeOutput (a double
+    product rounds differently near .5 ties; DaCe writes a tasklet's Python float() as C++
+    float, dace.float32 says so plainly). ``acc`` holds int32 sums, or float ones of integers
+    (a GEMM's); Y is seen in its shape. ``per`` maps positions 1 and 4 to (index, extent):
+    the index over acc's dims d0, d1, ... that their values per row/column/channel take;
+    ``bias``, the same for the int32 bias (input 8), when acc does not hold it yet. One
+    vectorized row loop over acc's last dim per OpenMP iteration."""
     shape = sdfg.arrays[acc].shape
-    params = [f"i{d}" for d in range(len(shape))]
-    for name, dim in axes.items():
-        params[dim] = name
-    at = f"[{', '.join(params)}]"
-    total = "int(s)"
-    if bias is not None:
-        reads, total = {**reads, "b": dace.Memlet(bias)}, "int(s) + b"
+    params = [f"d{d}" for d in range(len(shape))]
+    row = ", ".join(params[:-1] + [f"0:{shape[-1]}"])
+    inputs, codes = {"s": f"{acc}[{row}]"}, {"s": "s[j_]"}
+    reads = [(1, "s1"), (4, "s4"), (6, "s6"), (7, "z7")] + ([(8, "b")] if bias else [])
+    at = {**per, 8: bias}
+    for pos, name in reads:
+        index, extent = at.get(pos) or ("0", 1)
+        texts, codes[name] = per_row(call, pos, name, index, extent, params[-1], shape[-1])
+        inputs.update(texts)
+    total = "int(s) + b" if bias is not None else "int(s)"
+    quantized = f"nearbyint(dace.float32({total}) * (s1 * s4 / s6)) + z7"
+    expr = substitute(saturated(quantized, call.dtype(call.output(0))), codes)
     state = sdfg.add_state_after(state, "requantize")
-    parallel(mapped_tasklet(state, "requantize", {p: f"0:{n}" for p, n in zip(params, shape)},
-                            {"s": dace.Memlet(f"{acc}{at}"), **reads},
-                            f"q = nearbyint(dace.float32({total}) * ({scale})) + {zero_point}\n"
-                            f"o = {saturated('q', call.dtype(call.output(0)))}",
-                            {"o": dace.Memlet(f"{call.output(0)}{at}")}))
+    row_map(state, "requantize", {p: f"0:{n}" for p, n in zip(params[:-1], shape[:-1])},
+            inputs, {"o": f"{call.output(0)}[{row}]"}, "o[j_]", expr, shape[-1], dace.float32)
+
+
+def per_row(call, position: int, name: str, index: str, extent: int, last: str, width: int):
+    """(memlet texts, code) of a scale or zero point read in a row loop over ``last`` (of
+    ``width``): one value, or ``name[j_]`` from a row when it varies along ``last``."""
+    reads, code = _per(call, position, name, index, extent)
+    texts = _texts(reads)
+    along = re.compile(rf"(?<![\w.]){last}\b")
+    if name in texts and along.search(texts[name]):
+        if index != last:
+            raise ValueError(f"{index}: a row loop over {last} reads rows, not {index}")
+        texts[name], code = along.sub(f"0:{width}", texts[name]), f"{name}[j_]"
+    return texts, code
 
 
 def _rows_columns(call, a_pos: int, b_pos: int):

@@ -15,13 +15,14 @@ import dace
 import numpy as np
 
 from workbench.build.settings import transient_storage
-from workbench.ops.accumulate import parallel
 from workbench.ops.conv import im2col_gemms
 from workbench.ops.linalg import _blas, _matmul_shapes, _wire
-from workbench.ops.quantized import (_constant_zero_point, _per, _requantize, _shifted,
-                                     matmul_integer, qlinear_conv, qlinear_matmul)
+from workbench.ops.quantized import (_constant_zero_point, _requantize, _shifted,
+                                     matmul_integer, per_row, qlinear_conv, qlinear_matmul)
 from workbench.ops.reduce import refuse_float16
-from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet, np_dtype
+from workbench.ops.registry import connector_sdfg, implements, np_dtype
+from workbench.ops.simd import substitute
+from workbench.ops.window import row_map
 
 
 @implements("MatMulInteger", impl="blas")
@@ -33,9 +34,8 @@ def matmul_integer_blas(call):
     sdfg, state, acc = made
     rows, columns = sdfg.arrays[acc].shape
     state = sdfg.add_state_after(state, "to_int32")
-    parallel(mapped_tasklet(state, "to_int32", {"r": f"0:{rows}", "n": f"0:{columns}"},
-                            {"c": dace.Memlet(f"{acc}[r, n]")}, "o = c",
-                            {"o": dace.Memlet(f"{call.output(0)}[r, n]")}))
+    row_map(state, "to_int32", {"r": f"0:{rows}"}, {"c": f"{acc}[r, 0:{columns}]"},
+            {"o": f"{call.output(0)}[r, 0:{columns}]"}, "o[j_]", "c[j_]", columns, dace.int32)
     return sdfg
 
 
@@ -49,13 +49,7 @@ def qlinear_matmul_blas(call):
     if made is None:
         return qlinear_matmul(call)
     sdfg, state, acc = made
-    columns = sdfg.arrays[acc].shape[1]
-    reads, codes = {}, {}
-    for pos, name, extent in ((1, "sa", 1), (4, "sb", columns), (6, "sy", 1), (7, "yz", 1)):
-        r, codes[name] = _per(call, pos, name, "n", extent)
-        reads.update(r)
-    _requantize(call, sdfg, state, acc, f"{codes['sa']} * {codes['sb']} / {codes['sy']}",
-                codes["yz"], reads, {"n": 1})
+    _requantize(call, sdfg, state, acc, {4: ("d1", sdfg.arrays[acc].shape[1])})
     return sdfg
 
 
@@ -79,21 +73,13 @@ def qlinear_conv_blas(call):
         w: (group, mpg, taps), y: (ys[0], group, mpg, pixels)})
     sdfg.add_transient("w_shifted", (group, mpg, taps), ftype, storage=transient_storage())
     sdfg.add_transient("acc", (ys[0], group, mpg, pixels), ftype, storage=transient_storage())
-    channel = f"g * {mpg} + m"
-    wz_reads, wz = _per(call, 5, "wz", channel, channels)
-    parallel(mapped_tasklet(state, "shift_w", {"g": f"0:{group}", "m": f"0:{mpg}",
-                                               "t": f"0:{taps}"},
-                            {"v": dace.Memlet(f"{w}[g, m, t]"), **wz_reads},
-                            f"o = {_shifted('v', wz)}", {"o": dace.Memlet("w_shifted[g, m, t]")}))
+    _shift_rows(call, state, w, "w_shifted", 5, (f"g * {mpg} + m", channels),
+                {"g": f"0:{group}", "m": f"0:{mpg}"}, taps)
     state = sdfg.add_state_after(state, "gemms")
     im2col_gemms(call, sdfg, state, ftype, impl, w_pos=3, w="w_shifted", y="acc",
                  fill=str(xz), value=f"int(v) - ({xz})")
-    reads, codes = {}, {}
-    for pos, name, extent in ((1, "sx", 1), (4, "sw", channels), (6, "sy", 1), (7, "yz", 1)):
-        r, codes[name] = _per(call, pos, name, channel, extent)
-        reads.update(r)
-    _requantize(call, sdfg, state, "acc", f"{codes['sx']} * {codes['sw']} / {codes['sy']}",
-                codes["yz"], reads, {"g": 1, "m": 2}, bias=b and f"{b}[{channel}]")
+    channel = (f"d1 * {mpg} + d2", channels)
+    _requantize(call, sdfg, state, "acc", {4: channel}, bias=channel if b else None)
     return sdfg
 
 
@@ -105,8 +91,8 @@ def _shifted_matmul(call, name: str, b_pos: int, az_pos: int, bz_pos: int):
     pa, pb, M, K, N = _matmul_shapes(call.shape(a), call.shape(b))
     rows = math.prod(pa) * M
     a_zero = call.input(az_pos)
-    per_row = a_zero is not None and math.prod(call.shape(a_zero)) != 1
-    if not all(n == 1 for n in pb) or per_row or 1 in (rows, K, N) or 0 in (rows, K, N):
+    zero_per_row = a_zero is not None and math.prod(call.shape(a_zero)) != 1
+    if not all(n == 1 for n in pb) or zero_per_row or 1 in (rows, K, N) or 0 in (rows, K, N):
         return None
     ftype = _exact_float(K, _span(call, 0, az_pos), _span(call, b_pos, bz_pos))
     if ftype is None:
@@ -115,19 +101,25 @@ def _shifted_matmul(call, name: str, b_pos: int, az_pos: int, bz_pos: int):
     sdfg, state = connector_sdfg(call, name, {a: (rows, K), b: (K, N), y: (rows, N)})
     for arr, shape in (("a_shifted", (rows, K)), ("b_shifted", (K, N)), ("acc", (rows, N))):
         sdfg.add_transient(arr, shape, ftype, storage=transient_storage())
-    for src, dst, position, (p, q), extents in ((a, "a_shifted", az_pos, ("r", "k"), (rows, K)),
-                                                (b, "b_shifted", bz_pos, ("k", "n"), (K, N))):
-        reads, z = _per(call, position, "z", "n", N)  # A's is one value (per_row above)
-        parallel(mapped_tasklet(state, f"shift_{src}", {p: f"0:{extents[0]}",
-                                                        q: f"0:{extents[1]}"},
-                                {"v": dace.Memlet(f"{src}[{p}, {q}]"), **reads},
-                                f"o = {_shifted('v', z)}", {"o": dace.Memlet(f"{dst}[{p}, {q}]")}))
+    _shift_rows(call, state, a, "a_shifted", az_pos, ("0", 1), {"r": f"0:{rows}"}, K)
+    _shift_rows(call, state, b, "b_shifted", bz_pos, ("n", N), {"k": f"0:{K}"}, N)
     state = sdfg.add_state_after(state, "gemm")
     node = dace.libraries.blas.Gemm("gemm", alpha=1, beta=0)
     node.implementation = impl
     state.add_node(node)
     _wire(sdfg, state, node, {"a_shifted": "_a", "b_shifted": "_b"}, {"acc": "_c"})
     return sdfg, state, "acc"
+
+
+def _shift_rows(call, state, src: str, dst: str, zero_pos: int, zero_at: tuple, outer: dict,
+                width: int):
+    """dst[outer.., 0:width] = src - its zero point (input ``zero_pos``, one value or one
+    per (index, extent) ``zero_at``, ``n`` the row's own), one vectorized loop per row."""
+    texts, zero = per_row(call, zero_pos, "z", *zero_at, "n", width)
+    at = ", ".join(list(outer) + [f"0:{width}"])
+    shifted = substitute(_shifted("v", "z"), {"v": "v[j_]", "z": zero})
+    row_map(state, f"shift_{src}", outer, {"v": f"{src}[{at}]", **texts},
+            {"o": f"{dst}[{at}]"}, "o[j_]", shifted, width, dace.float32)
 
 
 def _exact_float(k: int, span_a: int, span_b: int):
