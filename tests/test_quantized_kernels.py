@@ -228,3 +228,22 @@ def test_qlinear_conv_requantizes_in_float32_as_onnxruntime():
                                    providers=["CPUExecutionProvider"]).run(None, {"x": x})
     assert np.array_equal(want[0], np.clip(in_float + 128, 0, 255).astype(np.uint8))
     assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("gemm, k", [("sgemm", 40), ("dgemm", 1000)])
+def test_qlinear_matmul_batched_both_operands(gemm, k):
+    """Both operands activations with the same batch (attention's Q @ K^T): one batched
+    GEMM. B is no constant: its uint8 range and zero point bound the sums, k * 135 * 131
+    (below 2**24 up to k = 948)."""
+    name = f"qk{k}"
+    b_zero = np.array(131, np.uint8)
+    init = {f"{name}_sa": np.array(0.03, np.float32), f"{name}_za": np.array(120, np.uint8),
+            f"{name}_sb": _scales(1, k, _ints(np.uint8, (k, 64)), 0.03, 0.7),
+            f"{name}_zb": b_zero, f"{name}_sy": np.array(0.7, np.float32),
+            f"{name}_zy": np.array(128, np.uint8)}
+    inputs = {f"{name}_a": ((2, 3, 5, k), np.uint8), f"{name}_b": ((2, 3, k, 7), np.uint8)}
+    order = ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"]
+    model = single_node_model("QLinearMatMul", inputs, outputs=(f"{name}_y",),
+                              initializers=init, node_inputs=[f"{name}_{n}" for n in order],
+                              opset=10, name=name)
+    _assert_matches_onnxruntime(model, gemm)

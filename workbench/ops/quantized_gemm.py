@@ -13,6 +13,7 @@ import math
 
 import dace
 import numpy as np
+from dace.libraries.blas import BatchedMatMul, Gemm
 
 from workbench.build.settings import transient_storage
 from workbench.ops.conv import im2col_gemms
@@ -32,10 +33,13 @@ def matmul_integer_blas(call):
     if made is None:
         return matmul_integer(call)
     sdfg, state, acc = made
-    rows, columns = sdfg.arrays[acc].shape
+    *outer, columns = sdfg.arrays[acc].shape
+    params = [f"d{d}" for d in range(len(outer))]
+    at = ", ".join(params + [f"0:{columns}"])
     state = sdfg.add_state_after(state, "to_int32")
-    row_map(state, "to_int32", {"r": f"0:{rows}"}, {"c": f"{acc}[r, 0:{columns}]"},
-            {"o": f"{call.output(0)}[r, 0:{columns}]"}, "o[j_]", "c[j_]", columns, dace.int32)
+    row_map(state, "to_int32", {p: f"0:{n}" for p, n in zip(params, outer)},
+            {"c": f"{acc}[{at}]"}, {"o": f"{call.output(0)}[{at}]"}, "o[j_]", "c[j_]", columns,
+            dace.int32)
     return sdfg
 
 
@@ -49,7 +53,8 @@ def qlinear_matmul_blas(call):
     if made is None:
         return qlinear_matmul(call)
     sdfg, state, acc = made
-    _requantize(call, sdfg, state, acc, {4: ("d1", sdfg.arrays[acc].shape[1])})
+    shape = sdfg.arrays[acc].shape
+    _requantize(call, sdfg, state, acc, {4: (f"d{len(shape) - 1}", shape[-1])})
     return sdfg
 
 
@@ -73,8 +78,8 @@ def qlinear_conv_blas(call):
         w: (group, mpg, taps), y: (ys[0], group, mpg, pixels)})
     sdfg.add_transient("w_shifted", (group, mpg, taps), ftype, storage=transient_storage())
     sdfg.add_transient("acc", (ys[0], group, mpg, pixels), ftype, storage=transient_storage())
-    _shift_rows(call, state, w, "w_shifted", 5, (f"g * {mpg} + m", channels),
-                {"g": f"0:{group}", "m": f"0:{mpg}"}, taps)
+    _shift_rows(call, state, w, "w_shifted", (group, mpg, taps), 5,
+                (f"d0 * {mpg} + d1", channels))
     state = sdfg.add_state_after(state, "gemms")
     im2col_gemms(call, sdfg, state, ftype, impl, w_pos=3, w="w_shifted", y="acc",
                  fill=str(xz), value=f"int(v) - ({xz})")
@@ -85,41 +90,47 @@ def qlinear_conv_blas(call):
 
 def _shifted_matmul(call, name: str, b_pos: int, az_pos: int, bz_pos: int):
     """(sdfg, state, acc): acc = (A - az) @ (B - bz) by one float GEMM over A's rows (its
-    batch folded in), Y seen as (rows, N); None where the GEMM cannot be exact or DaCe's
+    batch folded in), or one batched GEMM when A and B carry the same batch (attention's
+    Q @ K^T); Y is seen in acc's shape. None where the GEMM cannot be exact or DaCe's
     Gemm cannot take it (the caller then runs the int32 maps)."""
     a, b, y = call.input(0), call.input(b_pos), call.output(0)
     pa, pb, M, K, N = _matmul_shapes(call.shape(a), call.shape(b))
-    rows = math.prod(pa) * M
+    batch, rows = (math.prod(pb), M) if any(n != 1 for n in pb) else ((), math.prod(pa) * M)
     a_zero = call.input(az_pos)
     zero_per_row = a_zero is not None and math.prod(call.shape(a_zero)) != 1
-    if not all(n == 1 for n in pb) or zero_per_row or 1 in (rows, K, N) or 0 in (rows, K, N):
-        return None
+    if (batch and pa != pb) or zero_per_row or 1 in (rows, K, N) or 0 in pa + pb + (M, K, N):
+        return None  # mixed broadcasting; size-1 dims, which DaCe's Gemm/BatchedMatMul refuse
     ftype = _exact_float(K, _span(call, 0, az_pos), _span(call, b_pos, bz_pos))
     if ftype is None:
         return None
     impl = _blas(call)
-    sdfg, state = connector_sdfg(call, name, {a: (rows, K), b: (K, N), y: (rows, N)})
-    for arr, shape in (("a_shifted", (rows, K)), ("b_shifted", (K, N)), ("acc", (rows, N))):
+    lead = (batch,) if batch else ()
+    shapes = {"a_shifted": lead + (rows, K), "b_shifted": lead + (K, N), "acc": lead + (rows, N)}
+    sdfg, state = connector_sdfg(call, name, {a: shapes["a_shifted"], b: shapes["b_shifted"],
+                                              y: shapes["acc"]})
+    for arr, shape in shapes.items():
         sdfg.add_transient(arr, shape, ftype, storage=transient_storage())
-    _shift_rows(call, state, a, "a_shifted", az_pos, ("0", 1), {"r": f"0:{rows}"}, K)
-    _shift_rows(call, state, b, "b_shifted", bz_pos, ("n", N), {"k": f"0:{K}"}, N)
+    last = f"d{len(lead) + 1}"
+    _shift_rows(call, state, a, "a_shifted", shapes["a_shifted"], az_pos, ("0", 1))
+    _shift_rows(call, state, b, "b_shifted", shapes["b_shifted"], bz_pos, (last, N))
     state = sdfg.add_state_after(state, "gemm")
-    node = dace.libraries.blas.Gemm("gemm", alpha=1, beta=0)
+    node = BatchedMatMul("bmm") if batch else Gemm("gemm", alpha=1, beta=0)
     node.implementation = impl
     state.add_node(node)
     _wire(sdfg, state, node, {"a_shifted": "_a", "b_shifted": "_b"}, {"acc": "_c"})
     return sdfg, state, "acc"
 
 
-def _shift_rows(call, state, src: str, dst: str, zero_pos: int, zero_at: tuple, outer: dict,
-                width: int):
-    """dst[outer.., 0:width] = src - its zero point (input ``zero_pos``, one value or one
-    per (index, extent) ``zero_at``, ``n`` the row's own), one vectorized loop per row."""
-    texts, zero = per_row(call, zero_pos, "z", *zero_at, "n", width)
-    at = ", ".join(list(outer) + [f"0:{width}"])
+def _shift_rows(call, state, src: str, dst: str, shape: tuple, zero_pos: int, zero_at: tuple):
+    """dst = src - its zero point (input ``zero_pos``; one value, or one per (index, extent)
+    ``zero_at``, an index over the dims d0, d1, ...), one vectorized loop per last-dim row."""
+    params = [f"d{d}" for d in range(len(shape))]
+    texts, zero = per_row(call, zero_pos, "z", *zero_at, params[-1], shape[-1])
+    at = ", ".join(params[:-1] + [f"0:{shape[-1]}"])
     shifted = substitute(_shifted("v", "z"), {"v": "v[j_]", "z": zero})
-    row_map(state, f"shift_{src}", outer, {"v": f"{src}[{at}]", **texts},
-            {"o": f"{dst}[{at}]"}, "o[j_]", shifted, width, dace.float32)
+    row_map(state, f"shift_{src}", {p: f"0:{n}" for p, n in zip(params[:-1], shape[:-1])},
+            {"v": f"{src}[{at}]", **texts}, {"o": f"{dst}[{at}]"}, "o[j_]", shifted,
+            shape[-1], dace.float32)
 
 
 def _exact_float(k: int, span_a: int, span_b: int):
