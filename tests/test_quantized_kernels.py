@@ -73,7 +73,8 @@ def _feeds(model):
 
 
 def _run_blas(model, feeds, gemm):
-    """Our outputs, from the 'blas' implementation of every node, through ``gemm``."""
+    """Our outputs, from the 'blas' implementation of every node, through ``gemm``; and the
+    generated code."""
     import workbench
     ws = workbench.open(model)
     assert {n.implementation for n in onnx_ops(ws.sdfg)} == {"blas"}
@@ -81,12 +82,12 @@ def _run_blas(model, feeds, gemm):
     source = "\n".join(p.read_text() for p in Path(ws.build().folder).rglob("*.cpp"))
     for routine in ("cblas_sgemm", "cblas_dgemm"):
         assert (routine in source) == (routine == f"cblas_{gemm}"), routine
-    return got
+    return got, source
 
 
 def _assert_matches_onnxruntime(model, gemm):
     feeds = _feeds(model)
-    got = _run_blas(model, feeds, gemm)
+    got, source = _run_blas(model, feeds, gemm)
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     names = [o.name for o in model.graph.output]
@@ -94,6 +95,7 @@ def _assert_matches_onnxruntime(model, gemm):
         assert got[name].dtype == want.dtype and got[name].shape == want.shape, name
         assert np.array_equal(got[name], want), \
             f"{name}: {np.count_nonzero(got[name] != want)} of {want.size} differ"
+    return source
 
 
 def _scales(count, k, w, x_scale, y_scale):
@@ -134,22 +136,30 @@ def test_qlinear_conv_constant_weights_narrow_the_bound():
 
 def test_qlinear_conv_through_dgemm():
     """K = 128 * 9 with weights too many to record (int8 range: 1152 * 128 * 128 >= 2**24),
-    and a 1x1 Conv of 2048 channels (2048 * 255 * 128 >= 2**24); the int32 sums are large,
-    so the output scale keeps them in range."""
+    and a 1x1 Conv of 2048 channels (2048 * 255 * 128 >= 2**24)."""
     models = [
         _conv("k1152", (1, 128, 8, 8), np.uint8, _ints(np.int8, (8, 128, 3, 3), -64, 63),
-              {"pads": [1, 1, 1, 1], "strides": [2, 2]}, np.zeros(8, np.int8), bias=_ints(np.int32, (8,), -20000, 20000)),
+              {"pads": [1, 1, 1, 1], "strides": [2, 2]}, np.zeros(8, np.int8),
+              bias=_ints(np.int32, (8,), -20000, 20000)),
         _conv("k2048", (1, 2048, 3, 3), np.uint8, _ints(np.int8, (16, 2048, 1, 1), -64, 63),
               {}, np.array(0, np.int8), per_channel=False, x_zero=np.array(0, np.uint8)),
     ]
     _assert_matches_onnxruntime(combine(models), "dgemm")
 
 
-def test_qlinear_conv_depthwise_runs_on_the_maps():
-    """One output channel per group: DaCe's Gemm refuses the size-1 dim, the maps run."""
-    model = _conv("dw", (1, 8, 10, 10), np.uint8, _ints(np.int8, (8, 1, 3, 3), -64, 63),
-                  {"pads": [1, 1, 1, 1], "group": 8, "strides": [2, 2]}, np.zeros(8, np.int8), bias=_ints(np.int32, (8,), -500, 500))
-    _assert_matches_onnxruntime(model, None)
+def test_qlinear_conv_depthwise_runs_on_int32_rows():
+    """One output channel per group (DaCe's Gemm refuses the size-1 dim): no GEMM, an int32
+    row loop per output row (conv.depthwise_rows); int8 and uint8 activations, a weight zero
+    point, with and without bias."""
+    models = [
+        _conv("dw", (1, 8, 10, 10), np.uint8, _ints(np.int8, (8, 1, 3, 3), -64, 63),
+              {"pads": [1, 1, 1, 1], "group": 8, "strides": [2, 2]}, np.full(8, 3, np.int8),
+              bias=_ints(np.int32, (8,), -500, 500)),
+        _conv("dws8", (2, 6, 9, 12), np.int8, _ints(np.int8, (6, 1, 5, 5)),
+              {"pads": [2, 1, 2, 3], "group": 6}, np.array(0, np.int8), per_channel=False),
+    ]
+    source = _assert_matches_onnxruntime(combine(models), None)
+    assert source.count("out[j_] += f *") == 2
 
 
 @pytest.mark.parametrize("gemm, in_channels, weights", [
@@ -165,7 +175,7 @@ def test_qlinear_conv_zero_points_per_output_channel(gemm, in_channels, weights)
     model = _conv("zp", x.shape, np.uint8, w, {"pads": [1, 1, 1, 1]}, w_zero, bias=bias)
     w_scale = next(numpy_helper.to_array(t) for t in model.graph.initializer
                    if t.name == "zp_sw")
-    got = _run_blas(model, {"zp_x": x}, gemm)["zp_y"]
+    got = _run_blas(model, {"zp_x": x}, gemm)[0]["zp_y"]
     xs = np.pad(x.astype(np.int64) - 128, ((0, 0), (0, 0), (1, 1), (1, 1)))
     ws = w.astype(np.int64) - w_zero.astype(np.int64)[:, None, None, None]
     acc = np.zeros((1, m, 6, 6), np.int64)
@@ -223,7 +233,7 @@ def test_qlinear_conv_requantizes_in_float32_as_onnxruntime():
             "b": ties}
     model = single_node_model("QLinearConv", {"x": x}, outputs=("y",), initializers=init,
                               opset=10)
-    got = _run_blas(model, {"x": x}, "sgemm")["y"]
+    got = _run_blas(model, {"x": x}, "sgemm")[0]["y"]
     (want,) = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"]).run(None, {"x": x})
     assert np.array_equal(want[0], np.clip(in_float + 128, 0, 255).astype(np.uint8))

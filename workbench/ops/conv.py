@@ -66,8 +66,8 @@ def conv_direct(call):
     return conv_sum(call, bias=call.input(2))[0]
 
 
-def _depthwise_2d(call) -> bool:
-    xs, ws = call.shape(call.input(0)), call.shape(call.input(1))
+def _depthwise_2d(call, w_pos: int = 1) -> bool:
+    xs, ws = call.shape(call.input(0)), call.shape(call.input(w_pos))
     ys = call.shape(call.output(0))
     # one-element memlets become scalars in C++: keep rows and tap lists longer than 1
     return (len(xs) == 4 and ws[1] == 1 and call.attr("group", 1) == xs[1] == ws[0]
@@ -79,33 +79,46 @@ def conv_depthwise_rows(call):
     vectorized multiply-add of the padded input row into the output row (MobileNet and
     EfficientNet blocks spend most of their Conv time here; as a reduction map over
     channels and taps it ran scalar, 0.78 ms on EfficientNet's 240x28x28)."""
-    x, w, b, y = call.input(0), call.input(1), call.input(2), call.output(0)
-    xs, ws, ys = call.shape(x), call.shape(w), call.shape(y)
-    win = sliding_window(call, xs, ys, ws[2:])
     sdfg, state = connector_sdfg(call, "conv_depthwise")
-    src = padded_input(sdfg, state, x, xs, win, "0")
+    depthwise_rows(call, sdfg, state, call.output(0))
+    return sdfg
+
+
+def depthwise_rows(call, sdfg, state, acc: str, w_pos: int = 1, b_pos: int = 2,
+                   x_zero: int = 0, w_zero: tuple = None):
+    """acc[n, m] = B[m] + the depthwise Conv of X[n, m] with W[m] (input ``w_pos``, bias
+    ``b_pos``) in ``state``, in acc's type; with integer inputs the pads hold ``x_zero``,
+    subtracted from every value as ``w_zero`` (its code and reads: a value or a per-channel
+    read indexed by ``m``) is from every tap (QLinearConv's exact int32 sums)."""
+    x, w, b = call.input(0), call.input(w_pos), call.input(b_pos)
+    xs, ws, ys = call.shape(x), call.shape(w), call.shape(call.output(0))
+    win = sliding_window(call, xs, ys, ws[2:])
+    src = padded_input(sdfg, state, x, xs, win, str(x_zero))
     (kh, kw), (sh, sw), (dh, dw) = ws[2:], win.strides, win.dilations
     hp, wp = win.padded_shape()
-    ctype, wo = call.dtype(y).ctype, ys[3]
+    ctype, wo = sdfg.arrays[acc].dtype.ctype, ys[3]
+    zero, zero_reads = w_zero or ("0", {})
+    tap, value = f"taps[ky * {kw} + kx]", f"row[j_ * {sw}]"
+    if w_zero is not None or x_zero:
+        tap, value = f"({ctype})({tap}) - ({ctype})({zero})", f"(({ctype})({value}) - {x_zero})"
     first = "bias" if b is not None else "0"
     code = (f"#pragma omp simd\nfor (int j_ = 0; j_ < {wo}; ++j_) out[j_] = {first};\n"
             f"for (int ky = 0; ky < {kh}; ++ky)\n"
             f"  for (int kx = 0; kx < {kw}; ++kx) {{\n"
-            f"    const {ctype} f = taps[ky * {kw} + kx];\n"
-            f"    const {ctype}* row = rows + ky * {dh * wp} + kx * {dw};\n"
+            f"    const {ctype} f = {tap};\n"
+            f"    const {sdfg.arrays[src].dtype.ctype}* row = rows + ky * {dh * wp} + kx * {dw};\n"
             f"    #pragma omp simd\n"
-            f"    for (int j_ = 0; j_ < {wo}; ++j_) out[j_] += f * row[j_ * {sw}];\n"
+            f"    for (int j_ = 0; j_ < {wo}; ++j_) out[j_] += f * {value};\n"
             f"  }}")
     height = (kh - 1) * dh + 1
     inputs = {"rows": dace.Memlet(f"{src}[n, m, o0 * {sh}:o0 * {sh} + {height}, 0:{wp}]"),
-              "taps": dace.Memlet(f"{w}[m, 0, 0:{kh}, 0:{kw}]")}
+              "taps": dace.Memlet(f"{w}[m, 0, 0:{kh}, 0:{kw}]"), **zero_reads}
     if b is not None:
         inputs["bias"] = dace.Memlet(f"{b}[m]")
     _, entry, _ = mapped_tasklet(state, "depthwise", image_ranges(ys, ["o0"], ys[2:3], "m"),
-                                 inputs, code, {"out": dace.Memlet(f"{y}[n, m, o0, 0:{wo}]")},
+                                 inputs, code, {"out": dace.Memlet(f"{acc}[n, m, o0, 0:{wo}]")},
                                  language=dace.Language.CPP)
     entry.map.collapse = 3
-    return sdfg
 
 
 @implements("ConvTranspose")

@@ -11,11 +11,12 @@ import re
 
 import dace
 
-from workbench.ops.conv import conv_sum
+from workbench.build.settings import transient_storage
+from workbench.ops.conv import _depthwise_2d, conv_sum, depthwise_rows
 from workbench.ops.linalg import matmul_sum
 from workbench.ops.quantize_linear import saturated
 from workbench.ops.reduce import refuse_float16
-from workbench.ops.registry import implements
+from workbench.ops.registry import connector_sdfg, implements
 from workbench.ops.simd import substitute
 from workbench.ops.window import row_map
 
@@ -78,8 +79,15 @@ def qlinear_conv(call):
     channels = call.shape(call.output(0))[1]
     xz = _constant_zero_point(call, 2)
     wz_reads, wz = _per(call, 5, "wz", "m", channels)
-    sdfg, state, acc = conv_sum(call, f"(int(v) - {xz}) * {_shifted('f', wz)}", str(xz),
-                                wz_reads, bias=call.input(8), acc_type=dace.int32, w_pos=3)
+    if _depthwise_2d(call, w_pos=3):  # one vectorized int32 row loop per output row
+        sdfg, state = connector_sdfg(call, "qlinear_conv_depthwise")
+        acc, _ = sdfg.add_transient("acc", call.shape(call.output(0)), dace.int32,
+                                    storage=transient_storage())
+        depthwise_rows(call, sdfg, state, acc, w_pos=3, b_pos=8, x_zero=xz,
+                       w_zero=(wz, wz_reads))
+    else:
+        sdfg, state, acc = conv_sum(call, f"(int(v) - {xz}) * {_shifted('f', wz)}", str(xz),
+                                    wz_reads, bias=call.input(8), acc_type=dace.int32, w_pos=3)
     _requantize(call, sdfg, state, acc, {4: ("d1", channels)})
     return sdfg
 
