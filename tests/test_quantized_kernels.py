@@ -50,12 +50,13 @@ def _conv(name, x_shape, x_dtype, w, attrs, w_zero, per_channel=True, bias=None,
                              name=name)
 
 
-def _matmul(name, a_shape, a_dtype, b, b_zero, per_column=True):
+def _matmul(name, a_shape, a_dtype, b, b_zero, per_column=True, a_zero=None):
     """A QLinearMatMul model reading ``{name}_a``; output ``{name}_y``."""
     a_dtype = np.dtype(a_dtype)
     b_scale = _scales(b.shape[1] if per_column else 1, b.shape[0], b, 0.03, 0.7)
     zero = np.array(120 if a_dtype == np.uint8 else -3, a_dtype)
-    init = {f"{name}_sa": np.array(0.03, np.float32), f"{name}_za": zero, f"{name}_b": b,
+    a_zero = zero if a_zero is None else a_zero
+    init = {f"{name}_sa": np.array(0.03, np.float32), f"{name}_za": a_zero, f"{name}_b": b,
             f"{name}_sb": b_scale, f"{name}_zb": b_zero,
             f"{name}_sy": np.array(0.7, np.float32), f"{name}_zy": zero}
     return single_node_model("QLinearMatMul", {f"{name}_a": (a_shape, a_dtype)},
@@ -134,9 +135,10 @@ def test_qlinear_conv_constant_weights_narrow_the_bound():
     _assert_matches_onnxruntime(model, "sgemm")
 
 
-def test_qlinear_conv_through_dgemm():
-    """K = 128 * 9 with weights too many to record (int8 range: 1152 * 128 * 128 >= 2**24),
-    and a 1x1 Conv of 2048 channels (2048 * 255 * 128 >= 2**24)."""
+def test_qlinear_conv_through_sgemm_parts():
+    """K = 128 * 9 with weights too many to record (int8 range: 1152 * 128 * 128 >= 2**24):
+    2 parts of 576; a 1x1 Conv of 2048 channels (2048 * 255 * 128 >= 2**24): 4 of 512
+    (at most 514 products of 255 * 128 stay below 2**24); their sums added in int32."""
     models = [
         _conv("k1152", (1, 128, 8, 8), np.uint8, _ints(np.int8, (8, 128, 3, 3), -64, 63),
               {"pads": [1, 1, 1, 1], "strides": [2, 2]}, np.zeros(8, np.int8),
@@ -144,7 +146,16 @@ def test_qlinear_conv_through_dgemm():
         _conv("k2048", (1, 2048, 3, 3), np.uint8, _ints(np.int8, (16, 2048, 1, 1), -64, 63),
               {}, np.array(0, np.int8), per_channel=False, x_zero=np.array(0, np.uint8)),
     ]
-    _assert_matches_onnxruntime(combine(models), "dgemm")
+    source = _assert_matches_onnxruntime(combine(models), "sgemm")
+    assert source.count("cblas_sgemm(") == 6
+
+
+def test_qlinear_conv_through_dgemm():
+    """uint8 activations and weights, zero points 0: a 1x1 Conv of 4200 channels would take
+    17 parts of K (258 products of 255 * 255 at most per float32 sum): one dgemm instead."""
+    model = _conv("k4200", (1, 4200, 2, 3), np.uint8, _ints(np.uint8, (4, 4200, 1, 1)), {},
+                  np.array(0, np.uint8), x_zero=np.array(0, np.uint8))
+    _assert_matches_onnxruntime(model, "dgemm")
 
 
 def test_qlinear_conv_depthwise_runs_on_int32_rows():
@@ -163,7 +174,9 @@ def test_qlinear_conv_depthwise_runs_on_int32_rows():
 
 
 @pytest.mark.parametrize("gemm, in_channels, weights", [
-    ("sgemm", 16, (-100, 100)), ("dgemm", 160, (-128, 127))])
+    ("sgemm", 16, (-100, 100)),    # the constant weights bound the sums: one sgemm
+    ("sgemm", 160, (-128, 127)),   # 1440 * 128 * 140 >= 2**24: 2 parts of K
+    ("dgemm", 2000, (-128, 127))])  # 18000 taps: 20 parts of 936, more than 16
 def test_qlinear_conv_zero_points_per_output_channel(gemm, in_channels, weights):
     """Different weight zero points per output channel (onnxruntime refuses them): equal to
     numpy's int64 sums plus bias, requantized in float32 as onnxruntime (MLAS) does."""
@@ -202,15 +215,26 @@ def test_qlinear_matmul_through_sgemm():
     _assert_matches_onnxruntime(combine(models), "sgemm")
 
 
-def test_qlinear_matmul_through_dgemm():
-    """K = 4608 rows of B, too many to record (int8 range: 4608 * 135 * 128 >= 2**24)."""
+def test_qlinear_matmul_through_sgemm_parts():
+    """K = 4608 rows of B, too many to record (int8 range: 4608 * 135 * 128 >= 2**24):
+    sgemms over 5 parts of K (970 * 135 * 128 < 2**24), added in int32."""
     models = [
         _matmul("big2d", (5, 4608), np.uint8, _ints(np.int8, (4608, 3), -64, 63),
                 np.array(0, np.int8), per_column=False),
         _matmul("big3d", (2, 3, 4608), np.uint8, _ints(np.int8, (4608, 4), -64, 63),
                 np.zeros(4, np.int8)),
     ]
-    _assert_matches_onnxruntime(combine(models), "dgemm")
+    source = _assert_matches_onnxruntime(combine(models), "sgemm")
+    assert source.count("cblas_sgemm(") == 10
+
+
+def test_qlinear_matmul_through_dgemm():
+    """uint8 by uint8, zero points 0: 258 products per float32 sum at most, so K = 4608
+    would take 18 parts, more than the 16 the plan allows: one dgemm."""
+    b = _ints(np.uint8, (4608, 5))
+    model = _matmul("u8u8", (7, 4608), np.uint8, b, np.array(0, np.uint8),
+                    a_zero=np.array(0, np.uint8))
+    _assert_matches_onnxruntime(model, "dgemm")
 
 
 def test_qlinear_conv_requantizes_in_float32_as_onnxruntime():

@@ -211,12 +211,13 @@ def conv_im2col(call):
 
 
 def im2col_gemms(call, sdfg, state, dtype, impl: str, w_pos: int = 1, w: str = None,
-                 y: str = None, fill: str = "0", value: str = "v"):
+                 y: str = None, fill: str = "0", value: str = "v", parts: list = None):
     """In ``state``, y[n, g] = w[g] @ cols[n, g], one BLAS GEMM per (image, group), ``w``
     seen as (G, M/G, taps) and ``y`` as (N, G, M/G, pixels); they default to the weight
     input (at ``w_pos``) and the output, or name other arrays of those shapes. Before it,
     cols[n, g, (c, k..), o..] = ``value`` of v = Xpadded[n, g*C/G + c, o*s + k*d] (the pads
-    hold ``fill``), a transient of ``dtype``."""
+    hold ``fill``), a transient of ``dtype``. ``parts``, (begin, end) ranges of the taps,
+    split each GEMM in one per range, writing y[part] (``y`` then has a leading part dim)."""
     x, w, y = call.input(0), w or call.input(w_pos), y or call.output(0)
     xs, ws, ys = call.shape(x), call.shape(call.input(w_pos)), call.shape(call.output(0))
     group = call.attr("group", 1)
@@ -242,14 +243,15 @@ def im2col_gemms(call, sdfg, state, dtype, impl: str, w_pos: int = 1, w: str = N
     # One GEMM per (image, group), one after another: each is parallel in BLAS.
     entry, exit_ = state.add_map("gemms", {"n": f"0:{ys[0]}", "g": f"0:{group}"},
                                  dace.ScheduleType.Sequential)
-    node = Gemm("gemm", alpha=1, beta=0)
-    node.implementation = impl
-    state.add_memlet_path(state.add_read(w), entry, node, dst_conn="_a",
-                          memlet=dace.Memlet(f"{w}[g, 0:{mpg}, 0:{taps}]"))
-    state.add_memlet_path(state.add_read(cols), entry, node, dst_conn="_b",
-                          memlet=dace.Memlet(f"{cols}[n, g, 0:{taps}, 0:{pixels}]"))
-    state.add_memlet_path(node, exit_, state.add_write(y), src_conn="_c",
-                          memlet=dace.Memlet(f"{y}[n, g, 0:{mpg}, 0:{pixels}]"))
+    reads, write = (state.add_read(w), state.add_read(cols)), state.add_write(y)
+    for part, (k0, k1) in enumerate(parts or [(0, taps)]):
+        node = Gemm(f"gemm{part or ''}", alpha=1, beta=0)
+        node.implementation = impl
+        for read, conn, subset in zip(reads, ("_a", "_b"), (f"{w}[g, 0:{mpg}, {k0}:{k1}]",
+                                                          f"{cols}[n, g, {k0}:{k1}, 0:{pixels}]")):
+            state.add_memlet_path(read, entry, node, dst_conn=conn, memlet=dace.Memlet(subset))
+        state.add_memlet_path(node, exit_, write, src_conn="_c", memlet=dace.Memlet(
+            f"{y}[{f'{part}, ' if parts else ''}n, g, 0:{mpg}, 0:{pixels}]"))
 
 
 def _row_major(names, extents) -> str:

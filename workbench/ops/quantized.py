@@ -92,31 +92,42 @@ def qlinear_conv(call):
     return sdfg
 
 
-def _requantize(call, sdfg, state, acc: str, per: dict, bias: tuple = None):
+def _requantize(call, sdfg, state, acc: str, per: dict, bias: tuple = None, parts: int = 0):
     """Y = saturate(nearbyint(float32(acc + bias) * (s1 * s4 / s6)) + z7) in float32 (sN,
     zN: the op's inputs at position N), as onnxruntime's MlasRequantizeOutput (a double
     product rounds differently near .5 ties; DaCe writes a tasklet's Python float() as C++
     float, dace.float32 says so plainly). ``acc`` holds int32 sums, or float ones of integers
-    (a GEMM's); Y is seen in its shape. ``per`` maps positions 1 and 4 to (index, extent):
-    the index over acc's dims d0, d1, ... that their values per row/column/channel take;
-    ``bias``, the same for the int32 bias (input 8), when acc does not hold it yet. One
-    vectorized row loop over acc's last dim per OpenMP iteration."""
-    shape = sdfg.arrays[acc].shape
+    (a GEMM's; ``parts`` of them along its first dim, to add); Y is seen in its shape.
+    ``per`` maps positions 1 and 4 to (index, extent): the index over acc's dims d0, d1, ...
+    that their values per row/column/channel take; ``bias``, the same for the int32 bias
+    (input 8), when acc does not hold it yet. One vectorized row loop over acc's last dim
+    per OpenMP iteration."""
+    shape, row, inputs, codes, total = acc_rows(sdfg, acc, parts)
     params = [f"d{d}" for d in range(len(shape))]
-    row = ", ".join(params[:-1] + [f"0:{shape[-1]}"])
-    inputs, codes = {"s": f"{acc}[{row}]"}, {"s": "s[j_]"}
     reads = [(1, "s1"), (4, "s4"), (6, "s6"), (7, "z7")] + ([(8, "b")] if bias else [])
     at = {**per, 8: bias}
     for pos, name in reads:
         index, extent = at.get(pos) or ("0", 1)
         texts, codes[name] = per_row(call, pos, name, index, extent, params[-1], shape[-1])
         inputs.update(texts)
-    total = "int(s) + b" if bias is not None else "int(s)"
+    if bias is not None:
+        total += " + b"
     quantized = f"nearbyint(dace.float32({total}) * (s1 * s4 / s6)) + z7"
     expr = substitute(saturated(quantized, call.dtype(call.output(0))), codes)
     state = sdfg.add_state_after(state, "requantize")
     row_map(state, "requantize", {p: f"0:{n}" for p, n in zip(params[:-1], shape[:-1])},
             inputs, {"o": f"{call.output(0)}[{row}]"}, "o[j_]", expr, shape[-1], dace.float32)
+
+
+def acc_rows(sdfg, acc: str, parts: int = 0):
+    """(shape, row subset over d0.., memlet texts, codes, int sum) for a row loop reading
+    the sums in ``acc``: one array, or ``parts`` along its first dim, added as int32."""
+    shape = sdfg.arrays[acc].shape[1 if parts else 0:]
+    row = ", ".join([f"d{d}" for d in range(len(shape) - 1)] + [f"0:{shape[-1]}"])
+    names = [f"s{i}_" for i in range(parts)] if parts else ["s"]
+    inputs = {n: f"{acc}[{f'{i}, ' if parts else ''}{row}]" for i, n in enumerate(names)}
+    return (shape, row, inputs, {n: f"{n}[j_]" for n in names},
+            " + ".join(f"int({n})" for n in names))
 
 
 def per_row(call, position: int, name: str, index: str, extent: int, last: str, width: int):

@@ -1,13 +1,16 @@
-"""MatMulInteger, QLinearMatMul and QLinearConv as one float BLAS GEMM of the
+"""MatMulInteger, QLinearMatMul and QLinearConv as float BLAS GEMMs of the
 zero-point-shifted integers (im2col first for the Conv), then int32 and requantized.
 
 Exact, not approximate: a float type represents every integer below 2**p (p = 24
 for float32, 53 for float64), so a GEMM whose every partial sum stays below it adds
 integers without rounding, in any order, fused multiply-adds too. The partial sums
-are bounded by K * max|a - a_zero_point| * max|b - b_zero_point|: sgemm below 2**24,
-else dgemm (8-bit products are below 2**16, so K up to 2**37). What the GEMMs cannot
-do (size-1 dims, which DaCe's Gemm refuses; a batched B; per-row zero points of A)
-runs on the int32 maps of quantized.py.
+are bounded by K * max|a - a_zero_point| * max|b - b_zero_point| (the spans: from the
+dtypes and zero points, or the values of small constant weights). sgemm below 2**24;
+else sgemms over parts of K short enough, their results added in int32 (8-bit: 258
+products per part at worst, so 2 to 9 parts for K = 576 to 2304); else dgemm (8-bit
+products are below 2**16, so K up to 2**37). What the GEMMs cannot do (size-1 dims,
+which DaCe's Gemm refuses; A and B batched differently; per-row zero points of A)
+runs on the int32 kernels of quantized.py.
 """
 import math
 
@@ -18,7 +21,7 @@ from dace.libraries.blas import BatchedMatMul, Gemm
 from workbench.build.settings import transient_storage
 from workbench.ops.conv import im2col_gemms
 from workbench.ops.linalg import _blas, _matmul_shapes, _wire
-from workbench.ops.quantized import (_constant_zero_point, _requantize, _shifted,
+from workbench.ops.quantized import (_constant_zero_point, _requantize, _shifted, acc_rows,
                                      matmul_integer, per_row, qlinear_conv, qlinear_matmul)
 from workbench.ops.reduce import refuse_float16
 from workbench.ops.registry import connector_sdfg, implements, np_dtype
@@ -32,13 +35,11 @@ def matmul_integer_blas(call):
     made = _shifted_matmul(call, "matmul_integer_gemm", 1, 2, 3)
     if made is None:
         return matmul_integer(call)
-    sdfg, state, acc = made
-    *outer, columns = sdfg.arrays[acc].shape
-    params = [f"d{d}" for d in range(len(outer))]
-    at = ", ".join(params + [f"0:{columns}"])
+    sdfg, state, acc, parts = made
+    shape, row, inputs, codes, total = acc_rows(sdfg, acc, parts)
     state = sdfg.add_state_after(state, "to_int32")
-    row_map(state, "to_int32", {p: f"0:{n}" for p, n in zip(params, outer)},
-            {"c": f"{acc}[{at}]"}, {"o": f"{call.output(0)}[{at}]"}, "o[j_]", "c[j_]", columns,
+    row_map(state, "to_int32", {f"d{d}": f"0:{n}" for d, n in enumerate(shape[:-1])}, inputs,
+            {"o": f"{call.output(0)}[{row}]"}, "o[j_]", substitute(total, codes), shape[-1],
             dace.int32)
     return sdfg
 
@@ -52,9 +53,10 @@ def qlinear_matmul_blas(call):
     made = _shifted_matmul(call, "qlinear_matmul_gemm", 3, 2, 5) if per_tensor_a else None
     if made is None:
         return qlinear_matmul(call)
-    sdfg, state, acc = made
+    sdfg, state, acc, parts = made
     shape = sdfg.arrays[acc].shape
-    _requantize(call, sdfg, state, acc, {4: (f"d{len(shape) - 1}", shape[-1])})
+    _requantize(call, sdfg, state, acc, {4: (f"d{len(shape) - 1 - bool(parts)}", shape[-1])},
+                parts=parts)
     return sdfg
 
 
@@ -69,7 +71,7 @@ def qlinear_conv_blas(call):
     channels, mpg = ys[1], ys[1] // group
     taps, pixels = ws[1] * math.prod(ws[2:]), math.prod(ys[2:])
     xz = _constant_zero_point(call, 2)
-    ftype = _exact_float(taps, _span(call, 0, 2), _span(call, 3, 5))
+    ftype, parts = _gemm_plan(taps, _span(call, 0, 2), _span(call, 3, 5))
     # DaCe's Gemm refuses size-1 dims: depthwise (one output channel per group), 1x1 outputs
     if 1 in (mpg, taps, pixels) or 0 in ys or ftype is None:
         return qlinear_conv(call)
@@ -77,22 +79,25 @@ def qlinear_conv_blas(call):
     sdfg, state = connector_sdfg(call, "qlinear_conv_gemm", {
         w: (group, mpg, taps), y: (ys[0], group, mpg, pixels)})
     sdfg.add_transient("w_shifted", (group, mpg, taps), ftype, storage=transient_storage())
-    sdfg.add_transient("acc", (ys[0], group, mpg, pixels), ftype, storage=transient_storage())
+    sdfg.add_transient("acc", ((len(parts),) if parts else ()) + (ys[0], group, mpg, pixels),
+                       ftype, storage=transient_storage())
     _shift_rows(call, state, w, "w_shifted", (group, mpg, taps), 5,
                 (f"d0 * {mpg} + d1", channels))
     state = sdfg.add_state_after(state, "gemms")
     im2col_gemms(call, sdfg, state, ftype, impl, w_pos=3, w="w_shifted", y="acc",
-                 fill=str(xz), value=f"int(v) - ({xz})")
+                 fill=str(xz), value=f"int(v) - ({xz})", parts=parts)
     channel = (f"d1 * {mpg} + d2", channels)
-    _requantize(call, sdfg, state, "acc", {4: channel}, bias=channel if b else None)
+    _requantize(call, sdfg, state, "acc", {4: channel}, bias=channel if b else None,
+                parts=len(parts or ()))
     return sdfg
 
 
 def _shifted_matmul(call, name: str, b_pos: int, az_pos: int, bz_pos: int):
-    """(sdfg, state, acc): acc = (A - az) @ (B - bz) by one float GEMM over A's rows (its
-    batch folded in), or one batched GEMM when A and B carry the same batch (attention's
-    Q @ K^T); Y is seen in acc's shape. None where the GEMM cannot be exact or DaCe's
-    Gemm cannot take it (the caller then runs the int32 maps)."""
+    """(sdfg, state, acc, parts): acc = (A - az) @ (B - bz) by one float GEMM over A's rows
+    (its batch folded in), or by ``parts`` of them over parts of K (acc[part], to add), or
+    one batched GEMM when A and B carry the same batch (attention's Q @ K^T); Y is seen in
+    acc's shape (a part's). None where the GEMMs cannot be exact or DaCe's Gemm cannot
+    take them (the caller then runs the int32 maps)."""
     a, b, y = call.input(0), call.input(b_pos), call.output(0)
     pa, pb, M, K, N = _matmul_shapes(call.shape(a), call.shape(b))
     batch, rows = (math.prod(pb), M) if any(n != 1 for n in pb) else ((), math.prod(pa) * M)
@@ -100,7 +105,8 @@ def _shifted_matmul(call, name: str, b_pos: int, az_pos: int, bz_pos: int):
     zero_per_row = a_zero is not None and math.prod(call.shape(a_zero)) != 1
     if (batch and pa != pb) or zero_per_row or 1 in (rows, K, N) or 0 in pa + pb + (M, K, N):
         return None  # mixed broadcasting; size-1 dims, which DaCe's Gemm/BatchedMatMul refuse
-    ftype = _exact_float(K, _span(call, 0, az_pos), _span(call, b_pos, bz_pos))
+    ftype, parts = _gemm_plan(K, _span(call, 0, az_pos), _span(call, b_pos, bz_pos),
+                              split=not batch)
     if ftype is None:
         return None
     impl = _blas(call)
@@ -108,17 +114,31 @@ def _shifted_matmul(call, name: str, b_pos: int, az_pos: int, bz_pos: int):
     shapes = {"a_shifted": lead + (rows, K), "b_shifted": lead + (K, N), "acc": lead + (rows, N)}
     sdfg, state = connector_sdfg(call, name, {a: shapes["a_shifted"], b: shapes["b_shifted"],
                                               y: shapes["acc"]})
+    if parts:
+        shapes["acc"] = (len(parts), rows, N)
     for arr, shape in shapes.items():
         sdfg.add_transient(arr, shape, ftype, storage=transient_storage())
     last = f"d{len(lead) + 1}"
     _shift_rows(call, state, a, "a_shifted", shapes["a_shifted"], az_pos, ("0", 1))
     _shift_rows(call, state, b, "b_shifted", shapes["b_shifted"], bz_pos, (last, N))
     state = sdfg.add_state_after(state, "gemm")
-    node = BatchedMatMul("bmm") if batch else Gemm("gemm", alpha=1, beta=0)
-    node.implementation = impl
-    state.add_node(node)
-    _wire(sdfg, state, node, {"a_shifted": "_a", "b_shifted": "_b"}, {"acc": "_c"})
-    return sdfg, state, "acc"
+    if batch:
+        node = BatchedMatMul("bmm")
+        node.implementation = impl
+        state.add_node(node)
+        _wire(sdfg, state, node, {"a_shifted": "_a", "b_shifted": "_b"}, {"acc": "_c"})
+        return sdfg, state, "acc", 0
+    reads = (state.add_read("a_shifted"), state.add_read("b_shifted"))
+    write = state.add_write("acc")
+    for part, (k0, k1) in enumerate(parts or [(0, K)]):
+        node = Gemm(f"gemm{part or ''}", alpha=1, beta=0)
+        node.implementation = impl
+        for read, conn, subset in zip(reads, ("_a", "_b"), (f"a_shifted[0:{rows}, {k0}:{k1}]",
+                                                          f"b_shifted[{k0}:{k1}, 0:{N}]")):
+            state.add_edge(read, None, node, conn, dace.Memlet(subset))
+        state.add_edge(node, "_c", write, None, dace.Memlet(
+            f"acc[{f'{part}, ' if parts else ''}0:{rows}, 0:{N}]"))
+    return sdfg, state, "acc", len(parts or ())
 
 
 def _shift_rows(call, state, src: str, dst: str, shape: tuple, zero_pos: int, zero_at: tuple):
@@ -133,15 +153,26 @@ def _shift_rows(call, state, src: str, dst: str, shape: tuple, zero_pos: int, ze
             shape[-1], dace.float32)
 
 
-def _exact_float(k: int, span_a: int, span_b: int):
-    """The float type whose GEMM sums k products of integers up to span_a and span_b
-    in magnitude exactly, or None (then only int32 maps are exact)."""
-    bound = k * span_a * span_b
-    if bound < 1 << 24:
-        return dace.float32
-    if bound < 1 << 53:
-        return dace.float64
-    return None
+# GEMMs over parts of K shorter than this run poorly: float64 instead; at most this many
+_MIN_PART, _MAX_PARTS = 64, 16
+
+
+def _gemm_plan(k: int, span_a: int, span_b: int, split: bool = True):
+    """(float type, parts) for GEMMs that sum k products of integers up to span_a and
+    span_b in magnitude exactly: float32 where k products stay below 2**24; else float32
+    GEMMs over parts of K (ranges, ``split`` permitting) whose int32 results are added after;
+    else float64. (None, None) when not even float64 is exact (then only int32 maps are)."""
+    product = max(span_a * span_b, 1)
+    most = ((1 << 24) - 1) // product  # products that one float32 sum takes exactly
+    if k <= most:
+        return dace.float32, None
+    count = -(-k // most)
+    if split and most >= _MIN_PART and count <= _MAX_PARTS:
+        size = -(-k // count)  # balanced: no part longer than ``most``
+        return dace.float32, [(b, min(b + size, k)) for b in range(0, k, size)]
+    if k * product < 1 << 53:
+        return dace.float64, None
+    return None, None
 
 
 def _span(call, value_pos: int, zero_pos: int) -> int:
