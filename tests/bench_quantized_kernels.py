@@ -7,6 +7,7 @@ once, in turn, so that load from other processes falls on all of them alike. Eac
 workbench output is first checked equal to onnxruntime's. A Conv's x_zero_point decides
 the GEMM: 128 keeps a 3x3x64 sum in float32 (576 * 128 * 128 < 2**24), 0 (what ReLU
 outputs get) needs float64 (576 * 255 * 128 >= 2**24); the maps do not depend on it.
+Depthwise Convs take no GEMM: int32 row loops (conv.depthwise_rows) in both.
 Weights are 7-bit ([-64, 63], onnxruntime's reduce_range): with full-range int8 weights
 onnxruntime's AVX2 uint8 x int8 kernels saturate pairs of products at int16 (vpmaddubsw)
 and most outputs differ from the exact int32 sums.
@@ -19,24 +20,25 @@ from pathlib import Path
 
 import numpy as np
 
-# (label, x shape, M, kernel, stride, pad)
-CONVS = [("resnet18 3x3 64", (1, 64, 56, 56), 64, 3, 1, 1),
-         ("resnet18 3x3 128", (1, 128, 28, 28), 128, 3, 1, 1),
-         ("resnet18 3x3 256", (1, 256, 14, 14), 256, 3, 1, 1)]
+# (label, x shape, M, kernel, stride, pad, group)
+CONVS = [("resnet18 3x3 64", (1, 64, 56, 56), 64, 3, 1, 1, 1),
+         ("resnet18 3x3 128", (1, 128, 28, 28), 128, 3, 1, 1, 1),
+         ("resnet18 3x3 256", (1, 256, 14, 14), 256, 3, 1, 1, 1),
+         ("mobilenet dw 3x3/2 96", (1, 96, 112, 112), 96, 3, 2, 1, 96)]
 # (label, A shape, N)
 MATMULS = [("bert-base 128x768 @ 768x768", (128, 768), 768)]
 
 
-def _conv_model(x_shape, m, k, stride, pad, x_zero, rng):
+def _conv_model(x_shape, m, k, stride, pad, group, x_zero, rng):
     from onnx import helper
-    w = rng.integers(-64, 64, (m, x_shape[1], k, k)).astype(np.int8)
+    w = rng.integers(-64, 64, (m, x_shape[1] // group, k, k)).astype(np.int8)
     scale = 30 * 0.1 / (0.02 * np.sqrt(w[0].size) * 74 * 37)
     init = {"sx": np.array(0.02, np.float32), "zx": np.array(x_zero, np.uint8), "w": w,
             "sw": (scale * rng.uniform(0.5, 1.5, m)).astype(np.float32),
             "zw": np.zeros(m, np.int8), "sy": np.array(0.1, np.float32),
             "zy": np.array(128, np.uint8), "b": rng.integers(-3000, 3000, m).astype(np.int32)}
     node = helper.make_node("QLinearConv", ["x", *init], ["y"], kernel_shape=[k, k],
-                            strides=[stride] * 2, pads=[pad] * 4)
+                            strides=[stride] * 2, pads=[pad] * 4, group=group)
     return _model(node, "x", x_shape, init)
 
 
@@ -75,7 +77,9 @@ def _workbench(model, implementation, feeds, want):
     node.implementation = implementation
     build = ws.build()
     source = "\n".join(p.read_text() for p in Path(build.folder).rglob("*.cpp"))
-    gemm = next((g for g in ("sgemm", "dgemm") if f"cblas_{g}" in source), "maps")
+    calls = {g: source.count(f"cblas_{g}(") for g in ("sgemm", "dgemm")}
+    gemm = next((f"{g} x{n}" if n > 1 else g for g, n in calls.items() if n),
+                "int32 rows" if "out[j_] += f *" in source else "maps")
     args, results = ws._call_args(build, feeds)
     build.compiled(**args)
     got = results["y"].reshape(want.shape)
@@ -129,11 +133,11 @@ def main(argv=None):
     set_threads(args.threads)
     rng = np.random.default_rng(0)
     print(f"CPU: {_cpu()}; {args.threads} threads; medians of {args.rounds} interleaved rounds")
-    print("| shape | x zero point | maps ms | GEMM ms | GEMM | onnxruntime ms | maps / GEMM | "
-          "GEMM / onnxruntime |")
+    print("| shape | x zero point | maps ms | GEMM ms | GEMM (xN: parts of K) | onnxruntime ms | "
+          "maps / GEMM | GEMM / onnxruntime |")
     print("|---|---|---|---|---|---|---|---|")
-    cases = [(label, [(zx, _conv_model(shape, m, k, s, p, zx, rng)) for zx in (128, 0)],
-              shape) for label, shape, m, k, s, p in CONVS]
+    cases = [(label, [(zx, _conv_model(shape, m, k, s, p, g, zx, rng)) for zx in (128, 0)],
+              shape) for label, shape, m, k, s, p, g in CONVS]
     cases += [(label, [(128, _matmul_model(shape, n, rng))], shape) for label, shape, n in MATMULS]
     for label, models, shape in cases:
         x = rng.integers(0, 256, shape).astype(np.uint8)
