@@ -87,9 +87,9 @@ def conv_depthwise_rows(call):
 def depthwise_rows(call, sdfg, state, acc: str, w_pos: int = 1, b_pos: int = 2,
                    x_zero: int = 0, w_zero: tuple = None):
     """acc[n, m] = B[m] + the depthwise Conv of X[n, m] with W[m] (input ``w_pos``, bias
-    ``b_pos``) in ``state``, in acc's type; with integer inputs the pads hold ``x_zero``,
-    subtracted from every value as ``w_zero`` (its code and reads: a value or a per-channel
-    read indexed by ``m``) is from every tap (QLinearConv's exact int32 sums)."""
+    ``b_pos``) in ``state``, summed in acc's type. For QLinearConv's exact int32 sums, the
+    pads hold ``x_zero``, which every input value has subtracted, and every tap has ``w_zero``
+    subtracted (its code and reads: a value, or a per-channel read indexed by ``m``)."""
     x, w, b = call.input(0), call.input(w_pos), call.input(b_pos)
     xs, ws, ys = call.shape(x), call.shape(w), call.shape(call.output(0))
     win = sliding_window(call, xs, ys, ws[2:])

@@ -6,8 +6,8 @@ for float32, 53 for float64), so a GEMM whose every partial sum stays below it a
 integers without rounding, in any order, fused multiply-adds too. The partial sums
 are bounded by K * max|a - a_zero_point| * max|b - b_zero_point| (the spans: from the
 dtypes and zero points, or the values of small constant weights). sgemm below 2**24;
-else sgemms over parts of K short enough, their results added in int32 (8-bit: 258
-products per part at worst, so 2 to 9 parts for K = 576 to 2304); else dgemm (8-bit
+else sgemms over parts of K short enough, their results added in int32 (8-bit: at
+least 258 products per part, so K = 576 to 2304 takes 2 to 9 parts); else dgemm (8-bit
 products are below 2**16, so K up to 2**37). What the GEMMs cannot do (size-1 dims,
 which DaCe's Gemm refuses; A and B batched differently; per-row zero points of A)
 runs on the int32 kernels of quantized.py.
@@ -31,7 +31,7 @@ from workbench.ops.window import row_map
 
 @implements("MatMulInteger", impl="blas")
 def matmul_integer_blas(call):
-    """int32 Y = (A - a_zero_point) @ (B - b_zero_point) by one exact float GEMM."""
+    """int32 Y = (A - a_zero_point) @ (B - b_zero_point) by exact float GEMMs."""
     made = _shifted_matmul(call, "matmul_integer_gemm", 1, 2, 3)
     if made is None:
         return matmul_integer(call)
@@ -46,7 +46,7 @@ def matmul_integer_blas(call):
 
 @implements("QLinearMatMul", impl="blas")
 def qlinear_matmul_blas(call):
-    """QLinearMatMul: one exact float GEMM, then requantized (b_scale per tensor or column)."""
+    """QLinearMatMul by exact float GEMMs, then requantized (b_scale per tensor or column)."""
     refuse_float16(call)
     per_tensor_a = all(call.input(p) is None or math.prod(call.shape(call.input(p))) == 1
                        for p in (1, 2))
@@ -63,7 +63,7 @@ def qlinear_matmul_blas(call):
 @implements("QLinearConv", impl="blas")
 def qlinear_conv_blas(call):
     """QLinearConv: im2col of X - x_zero_point (the pads hold x_zero_point: 0 once shifted),
-    one exact float GEMM per (image, group) with W - w_zero_point, then + bias, requantized."""
+    exact float GEMMs per (image, group) with W - w_zero_point, then + bias, requantized."""
     refuse_float16(call)
     w, b, y = call.input(3), call.input(8), call.output(0)
     ws, ys = call.shape(w), call.shape(y)
@@ -153,7 +153,9 @@ def _shift_rows(call, state, src: str, dst: str, shape: tuple, zero_pos: int, ze
             shape[-1], dace.float32)
 
 
-# GEMMs over parts of K shorter than this run poorly: float64 instead; at most this many
+# sgemms over parts of K: at least _MIN_PART products each (shorter GEMMs run poorly), at
+# most _MAX_PARTS of them (each writes its own sums); else one dgemm. Not tuned: ResNet and
+# BERT layers take 1 to 5 parts (tests/bench_quantized_kernels.py).
 _MIN_PART, _MAX_PARTS = 64, 16
 
 
