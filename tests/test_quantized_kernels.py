@@ -281,3 +281,23 @@ def test_qlinear_matmul_batched_both_operands(gemm, k):
                               initializers=init, node_inputs=[f"{name}_{n}" for n in order],
                               opset=10, name=name)
     _assert_matches_onnxruntime(model, gemm)
+
+
+@pytest.mark.parametrize("gemm, k, trans_b", [("sgemm", 96, 1), ("sgemm", 96, 0),
+                                               ("sgemm", 1536, 1)])
+def test_qgemm_through_sgemm(gemm, k, trans_b):
+    """onnxruntime's QGemm (com.microsoft; QLinearFusion makes it of a QDQ Gemm): B stored
+    transposed or not, per-column scales, an int32 bias C per column; K = 1536 takes two
+    parts of K (1536 * 135 * 128 >= 2**24)."""
+    n, name = 10, f"qgemm{k}_{trans_b}"
+    b = _ints(np.int8, (n, k) if trans_b else (k, n), -64, 63)
+    init = {f"{name}_sa": np.array(0.03, np.float32), f"{name}_za": np.array(120, np.uint8),
+            f"{name}_b": b, f"{name}_sb": _scales(n, k, b, 0.03, 0.7),
+            f"{name}_zb": np.zeros(n, np.int8),
+            f"{name}_c": _ints(np.int32, (n,), -3000, 3000),
+            f"{name}_sy": np.array(0.7, np.float32), f"{name}_zy": np.array(128, np.uint8)}
+    model = single_node_model("QGemm", {f"{name}_a": ((6, k), np.uint8)}, {"transB": trans_b},
+                              outputs={f"{name}_y": ((6, n), np.uint8)}, initializers=init,
+                              opset=13, name=name, domain="com.microsoft")
+    source = _assert_matches_onnxruntime(model, gemm)
+    assert source.count("cblas_sgemm(") == (2 if k == 1536 else 1)

@@ -7,7 +7,10 @@ Rules:
    evaluated (with ``onnx.reference``) and its outputs become initializers,
    unless it is non-deterministic, produces a graph output, or its result
    exceeds ``max_elements``. The ONNX backend turns this off so that every
-   operator under test runs as compiled code.
+   operator under test runs as compiled code. A ``DequantizeLinear`` is never
+   folded here: a quantized model's weights stay the integers it stores (a
+   quarter of float32's bytes), so that QLinearFusion can hand them to integer
+   kernels; ConstantFolding dequantizes what it leaves.
 4. Initializers no remaining node or output uses are dropped.
 5. A kept node that reads a known value (the output of a node all of whose
    inputs are known, kept because ``evaluate`` is off) and also a value
@@ -48,7 +51,8 @@ def fold_constants(model: onnx.ModelProto, static_shapes: dict, max_elements: in
     kept, folded = [], 0
     for node in graph.node:
         values = None
-        if not any(o in outputs for o in node.output):
+        # rule 3: quantized weights stay quantized (their values are still known)
+        if not any(o in outputs for o in node.output) and node.op_type != "DequantizeLinear":
             values = _try_fold(node, consts, static_shapes, opset, max_elements, evaluate)
         if values is None:
             kept.append(node)
@@ -183,8 +187,7 @@ def _gather_elements(attrs, data, indices):
 # its fallback handles one index per row only ("cannot reshape array of size 1 into
 # shape (1,16)" on BERT's token_type_ids buffer gathered along 512 positions).
 # DequantizeLinear: onnx.reference (1.23) has none before opset 19, where quantization
-# tools leave their weights; folded, the quantized models' weights are not dequantized on
-# every run.
+# tools leave their weights (ConstantFolding folds them).
 NUMPY_KERNELS = {"GatherElements": _gather_elements, "DequantizeLinear": dequantize_numpy,
                  "Unique": unique_numpy}
 

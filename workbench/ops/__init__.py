@@ -10,6 +10,7 @@ from workbench.ops import affine_grid, bits, center_crop_pad, col2im, dft  # noq
 from workbench.ops import deform_conv, grid_sample, losses  # noqa: F401 (register)
 from workbench.ops import causal_conv, data_dependent, determinant, flex_attention  # noqa: F401 (register)
 from workbench.ops import gated_activations, lrn, onnx_ml, optimizers  # noqa: F401 (register)
+from workbench.ops import linear_attention  # noqa: F401 (register)
 from workbench.ops import roi_align, signal_windows, stft, tensor_scatter  # noqa: F401 (register)
 # Workbench-internal op types that transformations create; imported here so a
 # saved SDFG holding them expands without the transformation library.

@@ -1,4 +1,5 @@
-"""Integer and quantized linear algebra: MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv.
+"""Integer and quantized linear algebra: MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv,
+and onnxruntime's QGemm (com.microsoft).
 
 Each sums int32 products of zero-point-shifted integers with the MatMul or
 Conv maps (linalg.matmul_sum, conv.conv_sum); quantized_gemm.py sums them by
@@ -12,11 +13,12 @@ import re
 import dace
 
 from workbench.build.settings import transient_storage
+from workbench.ops.accumulate import mapped_reduction, parallel
 from workbench.ops.conv import _depthwise_2d, conv_sum, depthwise_rows
 from workbench.ops.linalg import matmul_sum
 from workbench.ops.quantize_linear import saturated
 from workbench.ops.reduce import refuse_float16
-from workbench.ops.registry import connector_sdfg, implements
+from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
 from workbench.ops.simd import substitute
 from workbench.ops.window import row_map
 
@@ -92,27 +94,27 @@ def qlinear_conv(call):
     return sdfg
 
 
-def _requantize(call, sdfg, state, acc: str, per: dict, bias: tuple = None, parts: int = 0):
-    """Y = saturate(nearbyint(float32(acc + bias) * (s1 * s4 / s6)) + z7) in float32 (sN,
-    zN: the op's inputs at position N), as onnxruntime's MlasRequantizeOutput (a double
+def _requantize(call, sdfg, state, acc: str, per: dict, bias: tuple = None, parts: int = 0,
+                scales: tuple = (1, 4, 6, 7)):
+    """Y = saturate(nearbyint(float32(acc + bias) * (sa * sb / sy)) + zy) in float32 (the
+    inputs at positions ``scales``), as onnxruntime's MlasRequantizeOutput (a double
     product rounds differently near .5 ties; DaCe writes a tasklet's Python float() as C++
     float, dace.float32 says so plainly). ``acc`` holds int32 sums, or float ones of integers
     (a GEMM's; ``parts`` of them along its first dim, to add); Y is seen in its shape.
-    ``per`` maps positions 1 and 4 to (index, extent): the index over acc's dims d0, d1, ...
-    that their values per row/column/channel take; ``bias``, the same for the int32 bias
-    (input 8), when acc does not hold it yet. One vectorized row loop over acc's last dim
-    per OpenMP iteration."""
+    ``per`` maps the positions of sa and sb to (index, extent): the index over acc's dims
+    d0, d1, ... that their values per row/column/channel take. ``bias`` (memlet texts, code;
+    see per_row) adds an int32 bias that acc does not hold yet. One vectorized row loop over
+    acc's last dim per OpenMP iteration."""
     shape, row, inputs, codes, total = acc_rows(sdfg, acc, parts)
     params = [f"d{d}" for d in range(len(shape))]
-    reads = [(1, "s1"), (4, "s4"), (6, "s6"), (7, "z7")] + ([(8, "b")] if bias else [])
-    at = {**per, 8: bias}
-    for pos, name in reads:
-        index, extent = at.get(pos) or ("0", 1)
-        texts, codes[name] = per_row(call, pos, name, index, extent, params[-1], shape[-1])
+    for pos, name in zip(scales, ("sa", "sb", "sy", "zy")):
+        texts, codes[name] = per_row(call, pos, name, *(per.get(pos) or ("0", 1)), params[-1],
+                                     shape[-1])
         inputs.update(texts)
     if bias is not None:
-        total += " + b"
-    quantized = f"nearbyint(dace.float32({total}) * (s1 * s4 / s6)) + z7"
+        inputs.update(bias[0])
+        total, codes["b"] = f"{total} + b", bias[1]
+    quantized = f"nearbyint(dace.float32({total}) * (sa * sb / sy)) + zy"
     expr = substitute(saturated(quantized, call.dtype(call.output(0))), codes)
     state = sdfg.add_state_after(state, "requantize")
     row_map(state, "requantize", {p: f"0:{n}" for p, n in zip(params[:-1], shape[:-1])},
@@ -160,3 +162,47 @@ def _constant_zero_point(call, position: int) -> int:
 
 def _texts(memlets: dict) -> dict:
     return {name: str(m.data) + f"[{m.subset}]" for name, m in memlets.items()}
+
+
+@implements("QGemm", domain="com.microsoft")
+def qgemm(call):
+    """onnxruntime's QGemm with a quantized output: Y = requantize(sum_k (A[m, k] - az) *
+    (B'[k, n] - bz[n]) + C[m, n]), C an int32 bias at scale a_scale * b_scale. The bias
+    starts the sum, so it is added exactly, as QLinearConv adds its bias."""
+    refuse_float16(call)
+    if call.attr("transA", 0) or float(call.attr("alpha", 1.0)) != 1.0:
+        raise call.fail("only transA = 0 and alpha = 1 are supported")
+    if call.input(7) is None:
+        raise call.fail("a float output (no y_scale) is not supported")
+    a, b, bias = call.input(0), call.input(3), call.input(6)
+    (M, K), N = call.shape(a), call.shape(call.output(0))[1]
+    b_at = "n, k" if call.attr("transB", 0) else "k, n"
+    az_reads, az = _per(call, 2, "az", "m", 1)
+    bz_reads, bz = _per(call, 5, "bz", "n", N)
+    sdfg, state = connector_sdfg(call, "qgemm")
+    acc, _ = sdfg.add_transient("acc", (M, N), dace.int32)
+    ranges = {"m": f"0:{M}", "n": f"0:{N}"}
+    init = sdfg.add_state_before(state, "bias")
+    start = ({"v": dace.Memlet(f"{bias}[{_bias_index(call, bias, M, N)}]")}, "c = v") \
+        if bias is not None else ({}, "c = 0")
+    parallel(mapped_tasklet(init, "bias", ranges, start[0], start[1],
+                            {"c": dace.Memlet(f"{acc}[m, n]")}))
+    mapped_reduction(state, "qgemm", ranges, {"k": f"0:{K}"}, {
+        "x": dace.Memlet(f"{a}[m, k]"), "w": dace.Memlet(f"{b}[{b_at}]"), **az_reads,
+        **bz_reads}, f"c = {_shifted('x', az)} * {_shifted('w', bz)}",
+        {"c": dace.Memlet(f"{acc}[m, n]", wcr="lambda p, q: p + q")})
+    _requantize(call, sdfg, state, acc, {4: ("d1", N)}, scales=QGEMM_SCALES)
+    return sdfg
+
+
+# QGemm's a_scale, b_scale, y_scale and y_zero_point positions (QLinear ops': 1, 4, 6, 7)
+QGEMM_SCALES = (1, 4, 7, 8)
+
+
+def _bias_index(call, bias: str, M: int, N: int) -> str:
+    """C's element for Y[m, n]: C broadcasts to (M, N) from the right, as Gemm's C does."""
+    shape = call.shape(bias)
+    if len(shape) > 2 or any(s not in (1, full) for s, full in zip(shape[::-1], (N, M))):
+        raise call.fail(f"the bias of shape {shape} does not broadcast to ({M}, {N})")
+    names = ["m", "n"][2 - len(shape):]
+    return ", ".join("0" if s == 1 else p for s, p in zip(shape, names)) or "0"

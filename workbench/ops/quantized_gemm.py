@@ -1,4 +1,4 @@
-"""MatMulInteger, QLinearMatMul and QLinearConv as float BLAS GEMMs of the
+"""MatMulInteger, QLinearMatMul, QGemm and QLinearConv as float BLAS GEMMs of the
 zero-point-shifted integers (im2col first for the Conv), then int32 and requantized.
 
 Exact, not approximate: a float type represents every integer below 2**p (p = 24
@@ -21,8 +21,9 @@ from dace.libraries.blas import BatchedMatMul, Gemm
 from workbench.build.settings import transient_storage
 from workbench.ops.conv import im2col_gemms
 from workbench.ops.linalg import _blas, _matmul_shapes, _wire
-from workbench.ops.quantized import (_constant_zero_point, _requantize, _shifted, acc_rows,
-                                     matmul_integer, per_row, qlinear_conv, qlinear_matmul)
+from workbench.ops.quantized import (QGEMM_SCALES, _bias_index, _constant_zero_point,
+                                     _requantize, _shifted, acc_rows, matmul_integer, per_row,
+                                     qgemm, qlinear_conv, qlinear_matmul)
 from workbench.ops.reduce import refuse_float16
 from workbench.ops.registry import connector_sdfg, implements, np_dtype
 from workbench.ops.simd import substitute
@@ -60,6 +61,29 @@ def qlinear_matmul_blas(call):
     return sdfg
 
 
+@implements("QGemm", impl="blas", domain="com.microsoft")
+def qgemm_blas(call):
+    """onnxruntime's QGemm by exact float GEMMs (B transposed or not), + its int32 bias C,
+    requantized."""
+    if (call.attr("transA", 0) or float(call.attr("alpha", 1.0)) != 1.0
+            or call.input(7) is None):
+        return qgemm(call)  # which says why it refuses
+    refuse_float16(call)
+    made = _shifted_matmul(call, "qgemm_gemm", 3, 2, 5, trans_b=bool(call.attr("transB", 0)))
+    if made is None:
+        return qgemm(call)
+    sdfg, state, acc, parts = made
+    M, N = call.shape(call.output(0))
+    bias = None
+    if call.input(6) is not None:  # C broadcasts to (M, N) from the right
+        index = _bias_index(call, call.input(6), M, N).split(", ")
+        row = ", ".join({"m": "d0", "n": f"0:{N}"}.get(i, i) for i in index)
+        bias = {"b": f"{call.input(6)}[{row}]"}, "b[j_]" if "n" in index else "b"
+    _requantize(call, sdfg, state, acc, {4: ("d1", N)}, bias=bias, parts=parts,
+                scales=QGEMM_SCALES)
+    return sdfg
+
+
 @implements("QLinearConv", impl="blas")
 def qlinear_conv_blas(call):
     """QLinearConv: im2col of X - x_zero_point (the pads hold x_zero_point: 0 once shifted),
@@ -87,19 +111,22 @@ def qlinear_conv_blas(call):
     im2col_gemms(call, sdfg, state, ftype, impl, w_pos=3, w="w_shifted", y="acc",
                  fill=str(xz), value=f"int(v) - ({xz})", parts=parts)
     channel = (f"d1 * {mpg} + d2", channels)
-    _requantize(call, sdfg, state, "acc", {4: channel}, bias=channel if b else None,
-                parts=len(parts or ()))
+    bias = per_row(call, 8, "b", *channel, "d3", pixels) if b else None
+    _requantize(call, sdfg, state, "acc", {4: channel}, bias=bias, parts=len(parts or ()))
     return sdfg
 
 
-def _shifted_matmul(call, name: str, b_pos: int, az_pos: int, bz_pos: int):
+def _shifted_matmul(call, name: str, b_pos: int, az_pos: int, bz_pos: int,
+                    trans_b: bool = False):
     """(sdfg, state, acc, parts): acc = (A - az) @ (B - bz) by one float GEMM over A's rows
     (its batch folded in), or by ``parts`` of them over parts of K (acc[part], to add), or
     one batched GEMM when A and B carry the same batch (attention's Q @ K^T); Y is seen in
-    acc's shape (a part's). None where the GEMMs cannot be exact or DaCe's Gemm cannot
-    take them (the caller then runs the int32 maps)."""
+    acc's shape (a part's). ``trans_b``: B is stored (N, K) (QGemm's transB). None where
+    the GEMMs cannot be exact or DaCe's Gemm cannot take them (the caller then runs the
+    int32 maps)."""
     a, b, y = call.input(0), call.input(b_pos), call.output(0)
-    pa, pb, M, K, N = _matmul_shapes(call.shape(a), call.shape(b))
+    pa, pb, M, K, N = _matmul_shapes(call.shape(a), call.shape(b)[::-1] if trans_b
+                                     else call.shape(b))
     batch, rows = (math.prod(pb), M) if any(n != 1 for n in pb) else ((), math.prod(pa) * M)
     a_zero = call.input(az_pos)
     zero_per_row = a_zero is not None and math.prod(call.shape(a_zero)) != 1
@@ -111,16 +138,17 @@ def _shifted_matmul(call, name: str, b_pos: int, az_pos: int, bz_pos: int):
         return None
     impl = _blas(call)
     lead = (batch,) if batch else ()
-    shapes = {"a_shifted": lead + (rows, K), "b_shifted": lead + (K, N), "acc": lead + (rows, N)}
+    shapes = {"a_shifted": lead + (rows, K), "b_shifted": lead + ((N, K) if trans_b else (K, N)),
+              "acc": lead + (rows, N)}
     sdfg, state = connector_sdfg(call, name, {a: shapes["a_shifted"], b: shapes["b_shifted"],
                                               y: shapes["acc"]})
     if parts:
         shapes["acc"] = (len(parts), rows, N)
     for arr, shape in shapes.items():
         sdfg.add_transient(arr, shape, ftype, storage=transient_storage())
-    last = f"d{len(lead) + 1}"
+    column = f"d{len(lead) + (0 if trans_b else 1)}"  # B's dim of N
     _shift_rows(call, state, a, "a_shifted", shapes["a_shifted"], az_pos, ("0", 1))
-    _shift_rows(call, state, b, "b_shifted", shapes["b_shifted"], bz_pos, (last, N))
+    _shift_rows(call, state, b, "b_shifted", shapes["b_shifted"], bz_pos, (column, N))
     state = sdfg.add_state_after(state, "gemm")
     if batch:
         node = BatchedMatMul("bmm")
@@ -131,10 +159,11 @@ def _shifted_matmul(call, name: str, b_pos: int, az_pos: int, bz_pos: int):
     reads = (state.add_read("a_shifted"), state.add_read("b_shifted"))
     write = state.add_write("acc")
     for part, (k0, k1) in enumerate(parts or [(0, K)]):
-        node = Gemm(f"gemm{part or ''}", alpha=1, beta=0)
+        node = Gemm(f"gemm{part or ''}", alpha=1, beta=0, transB=trans_b)
         node.implementation = impl
+        b_part = f"0:{N}, {k0}:{k1}" if trans_b else f"{k0}:{k1}, 0:{N}"
         for read, conn, subset in zip(reads, ("_a", "_b"), (f"a_shifted[0:{rows}, {k0}:{k1}]",
-                                                          f"b_shifted[{k0}:{k1}, 0:{N}]")):
+                                                          f"b_shifted[{b_part}]")):
             state.add_edge(read, None, node, conn, dace.Memlet(subset))
         state.add_edge(node, "_c", write, None, dace.Memlet(
             f"acc[{f'{part}, ' if parts else ''}0:{rows}, 0:{N}]"))
