@@ -3,7 +3,7 @@ from workbench.ops import conv, elementwise, linalg, movement, normalization  # 
 from workbench.ops import conv_onednn, pool_onednn  # noqa: F401 (register)
 from workbench.ops import cast, logic  # noqa: F401 (register)
 from workbench.ops import along_axis, reduce  # noqa: F401 (register)
-from workbench.ops import attention, pool, quantize_linear, quantized  # noqa: F401 (register)
+from workbench.ops import attention, pool, quantize_linear, quantized, quantized_gemm  # noqa: F401 (register)
 from workbench.ops import recurrent, resize  # noqa: F401 (register)
 from workbench.ops import einsum, indexing, scatter, shape_ops, slicing  # noqa: F401 (register)
 from workbench.ops import affine_grid, bits, center_crop_pad, col2im, dft  # noqa: F401 (register)

@@ -14,6 +14,7 @@ from workbench.build.settings import blas_implementation, transient_storage
 from workbench.ops.accumulate import mapped_reduction, parallel
 from workbench.ops.reduce import refuse_float16
 from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
+from workbench.ops.simd import substitute
 from workbench.ops.window import (image_ranges, padded_input, ranges, row_map, sliding_window,
                                   spatial_vars)
 
@@ -65,8 +66,8 @@ def conv_direct(call):
     return conv_sum(call, bias=call.input(2))[0]
 
 
-def _depthwise_2d(call) -> bool:
-    xs, ws = call.shape(call.input(0)), call.shape(call.input(1))
+def _depthwise_2d(call, w_pos: int = 1) -> bool:
+    xs, ws = call.shape(call.input(0)), call.shape(call.input(w_pos))
     ys = call.shape(call.output(0))
     # one-element memlets become scalars in C++: keep rows and tap lists longer than 1
     return (len(xs) == 4 and ws[1] == 1 and call.attr("group", 1) == xs[1] == ws[0]
@@ -78,33 +79,46 @@ def conv_depthwise_rows(call):
     vectorized multiply-add of the padded input row into the output row (MobileNet and
     EfficientNet blocks spend most of their Conv time here; as a reduction map over
     channels and taps it ran scalar, 0.78 ms on EfficientNet's 240x28x28)."""
-    x, w, b, y = call.input(0), call.input(1), call.input(2), call.output(0)
-    xs, ws, ys = call.shape(x), call.shape(w), call.shape(y)
-    win = sliding_window(call, xs, ys, ws[2:])
     sdfg, state = connector_sdfg(call, "conv_depthwise")
-    src = padded_input(sdfg, state, x, xs, win, "0")
+    depthwise_rows(call, sdfg, state, call.output(0))
+    return sdfg
+
+
+def depthwise_rows(call, sdfg, state, acc: str, w_pos: int = 1, b_pos: int = 2,
+                   x_zero: int = 0, w_zero: tuple = None):
+    """acc[n, m] = B[m] + the depthwise Conv of X[n, m] with W[m] (input ``w_pos``, bias
+    ``b_pos``) in ``state``, summed in acc's type. For QLinearConv's exact int32 sums, the
+    pads hold ``x_zero``, which every input value has subtracted, and every tap has ``w_zero``
+    subtracted (its code and reads: a value, or a per-channel read indexed by ``m``)."""
+    x, w, b = call.input(0), call.input(w_pos), call.input(b_pos)
+    xs, ws, ys = call.shape(x), call.shape(w), call.shape(call.output(0))
+    win = sliding_window(call, xs, ys, ws[2:])
+    src = padded_input(sdfg, state, x, xs, win, str(x_zero))
     (kh, kw), (sh, sw), (dh, dw) = ws[2:], win.strides, win.dilations
     hp, wp = win.padded_shape()
-    ctype, wo = call.dtype(y).ctype, ys[3]
+    ctype, wo = sdfg.arrays[acc].dtype.ctype, ys[3]
+    zero, zero_reads = w_zero or ("0", {})
+    tap, value = f"taps[ky * {kw} + kx]", f"row[j_ * {sw}]"
+    if w_zero is not None or x_zero:
+        tap, value = f"({ctype})({tap}) - ({ctype})({zero})", f"(({ctype})({value}) - {x_zero})"
     first = "bias" if b is not None else "0"
     code = (f"#pragma omp simd\nfor (int j_ = 0; j_ < {wo}; ++j_) out[j_] = {first};\n"
             f"for (int ky = 0; ky < {kh}; ++ky)\n"
             f"  for (int kx = 0; kx < {kw}; ++kx) {{\n"
-            f"    const {ctype} f = taps[ky * {kw} + kx];\n"
-            f"    const {ctype}* row = rows + ky * {dh * wp} + kx * {dw};\n"
+            f"    const {ctype} f = {tap};\n"
+            f"    const {sdfg.arrays[src].dtype.ctype}* row = rows + ky * {dh * wp} + kx * {dw};\n"
             f"    #pragma omp simd\n"
-            f"    for (int j_ = 0; j_ < {wo}; ++j_) out[j_] += f * row[j_ * {sw}];\n"
+            f"    for (int j_ = 0; j_ < {wo}; ++j_) out[j_] += f * {value};\n"
             f"  }}")
     height = (kh - 1) * dh + 1
     inputs = {"rows": dace.Memlet(f"{src}[n, m, o0 * {sh}:o0 * {sh} + {height}, 0:{wp}]"),
-              "taps": dace.Memlet(f"{w}[m, 0, 0:{kh}, 0:{kw}]")}
+              "taps": dace.Memlet(f"{w}[m, 0, 0:{kh}, 0:{kw}]"), **zero_reads}
     if b is not None:
         inputs["bias"] = dace.Memlet(f"{b}[m]")
     _, entry, _ = mapped_tasklet(state, "depthwise", image_ranges(ys, ["o0"], ys[2:3], "m"),
-                                 inputs, code, {"out": dace.Memlet(f"{y}[n, m, o0, 0:{wo}]")},
+                                 inputs, code, {"out": dace.Memlet(f"{acc}[n, m, o0, 0:{wo}]")},
                                  language=dace.Language.CPP)
     entry.map.collapse = 3
-    return sdfg
 
 
 @implements("ConvTranspose")
@@ -174,7 +188,7 @@ def conv_im2col(call):
     """Y[n, g] = W[g] @ cols[n, g]: cols[(c, k..), o..] = Xpadded[n, g*C/G + c, o*s + k*d]."""
     refuse_float16(call)
     x, w, b, y = call.input(0), call.input(1), call.input(2), call.output(0)
-    xs, ws, ys = call.shape(x), call.shape(w), call.shape(y)
+    ws, ys = call.shape(w), call.shape(y)
     impl = blas_implementation()
     if impl is None:
         raise call.fail("no BLAS library found (install libopenblas-dev liblapacke-dev)")
@@ -183,32 +197,9 @@ def conv_im2col(call):
     taps, pixels = cpg * math.prod(ws[2:]), math.prod(ys[2:])
     if 1 in (mpg, taps, pixels):  # DaCe's Gemm refuses size-1 dims (depthwise, 1x1 maps)
         return conv_direct(call)
-    win = sliding_window(call, xs, ys, ws[2:])
     sdfg, state = connector_sdfg(call, "conv_im2col", {
         w: (group, mpg, taps), y: (ys[0], group, mpg, pixels)})
-    cols = "cols"
-    sdfg.add_transient(cols, (ys[0], group, taps, pixels), call.dtype(x),
-                       storage=transient_storage())
-    unfold = sdfg.add_state_before(state, "unfold")
-    src = padded_input(sdfg, unfold, x, xs, win, "0")
-    out, ker = spatial_vars("o", win.nsp), spatial_vars("k", win.nsp)
-    row, column = _row_major(["c"] + ker, ws[1:]), _row_major(out, ys[2:])
-    parallel(mapped_tasklet(
-        unfold, "unfold", {"n": f"0:{ys[0]}", "g": f"0:{group}", "c": f"0:{cpg}",
-                           **ranges(ker, ws[2:]), **ranges(out, ys[2:])},
-        {"v": dace.Memlet(f"{src}[n, g * {cpg} + c, {', '.join(win.taps(out, ker))}]")},
-        "o = v", {"o": dace.Memlet(f"{cols}[n, g, {row}, {column}]")}))
-    # One GEMM per (image, group), one after another: each is parallel in BLAS.
-    entry, exit_ = state.add_map("gemms", {"n": f"0:{ys[0]}", "g": f"0:{group}"},
-                                 dace.ScheduleType.Sequential)
-    node = Gemm("gemm", alpha=1, beta=0)
-    node.implementation = impl
-    state.add_memlet_path(state.add_read(w), entry, node, dst_conn="_a",
-                          memlet=dace.Memlet(f"{w}[g, 0:{mpg}, 0:{taps}]"))
-    state.add_memlet_path(state.add_read(cols), entry, node, dst_conn="_b",
-                          memlet=dace.Memlet(f"{cols}[n, g, 0:{taps}, 0:{pixels}]"))
-    state.add_memlet_path(node, exit_, state.add_write(y), src_conn="_c",
-                          memlet=dace.Memlet(f"{y}[n, g, 0:{mpg}, 0:{pixels}]"))
+    im2col_gemms(call, sdfg, state, call.dtype(x), impl)
     if b is not None:
         bias = sdfg.add_state_after(state, "bias")
         at = f"{y}[n, g, m, p]"
@@ -217,6 +208,50 @@ def conv_im2col(call):
             {"v": dace.Memlet(f"{b}[g * {mpg} + m]"), "acc": dace.Memlet(at)}, "o = acc + v",
             {"o": dace.Memlet(at)}))
     return sdfg
+
+
+def im2col_gemms(call, sdfg, state, dtype, impl: str, w_pos: int = 1, w: str = None,
+                 y: str = None, fill: str = "0", value: str = "v", parts: list = None):
+    """In ``state``, y[n, g] = w[g] @ cols[n, g], one BLAS GEMM per (image, group), ``w``
+    seen as (G, M/G, taps) and ``y`` as (N, G, M/G, pixels); they default to the weight
+    input (at ``w_pos``) and the output, or name other arrays of those shapes. Before it,
+    cols[n, g, (c, k..), o..] = ``value`` of v = Xpadded[n, g*C/G + c, o*s + k*d] (the pads
+    hold ``fill``), a transient of ``dtype``. ``parts``, (begin, end) ranges of the taps,
+    split each GEMM in one per range, writing y[part] (``y`` then has a leading part dim)."""
+    x, w, y = call.input(0), w or call.input(w_pos), y or call.output(0)
+    xs, ws, ys = call.shape(x), call.shape(call.input(w_pos)), call.shape(call.output(0))
+    group = call.attr("group", 1)
+    cpg, mpg = ws[1], ys[1] // group
+    taps, pixels = cpg * math.prod(ws[2:]), math.prod(ys[2:])
+    win = sliding_window(call, xs, ys, ws[2:])
+    cols = "cols"
+    sdfg.add_transient(cols, (ys[0], group, taps, pixels), dtype, storage=transient_storage())
+    unfold = sdfg.add_state_before(state, "unfold")
+    src = padded_input(sdfg, unfold, x, xs, win, fill)
+    # one vectorized loop per row of output pixels (strided along the input row)
+    out, ker = spatial_vars("o", win.nsp), spatial_vars("k", win.nsp)
+    width, step = ys[-1], win.strides[-1]
+    at = win.taps(out[:-1] + ["0"], ker)
+    at[-1] = f"{at[-1]}:{at[-1]} + {(width - 1) * step + 1}"
+    row, column = _row_major(["c"] + ker, ws[1:]), _row_major(out[:-1] + ["0"], ys[2:])
+    read = "v" if width == 1 else f"v[j_ * {step}]"
+    row_map(unfold, "unfold", {"n": f"0:{ys[0]}", "g": f"0:{group}", "c": f"0:{cpg}",
+                               **ranges(ker, ws[2:]), **ranges(out[:-1], ys[2:-1])},
+            {"v": f"{src}[n, g * {cpg} + c, {', '.join(at)}]"},
+            {"o": f"{cols}[n, g, {row}, {column}:{column} + {width}]"}, "o[j_]",
+            substitute(value, {"v": read}), width, dtype)
+    # One GEMM per (image, group), one after another: each is parallel in BLAS.
+    entry, exit_ = state.add_map("gemms", {"n": f"0:{ys[0]}", "g": f"0:{group}"},
+                                 dace.ScheduleType.Sequential)
+    reads, write = (state.add_read(w), state.add_read(cols)), state.add_write(y)
+    for part, (k0, k1) in enumerate(parts or [(0, taps)]):
+        node = Gemm(f"gemm{part or ''}", alpha=1, beta=0)
+        node.implementation = impl
+        for read, conn, subset in zip(reads, ("_a", "_b"), (f"{w}[g, 0:{mpg}, {k0}:{k1}]",
+                                                          f"{cols}[n, g, {k0}:{k1}, 0:{pixels}]")):
+            state.add_memlet_path(read, entry, node, dst_conn=conn, memlet=dace.Memlet(subset))
+        state.add_memlet_path(node, exit_, write, src_conn="_c", memlet=dace.Memlet(
+            f"{y}[{f'{part}, ' if parts else ''}n, g, 0:{mpg}, 0:{pixels}]"))
 
 
 def _row_major(names, extents) -> str:

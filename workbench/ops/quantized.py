@@ -2,23 +2,25 @@
 and onnxruntime's QGemm (com.microsoft).
 
 Each sums int32 products of zero-point-shifted integers with the MatMul or
-Conv maps (linalg.matmul_sum, conv.conv_sum); MatMulInteger also through a
-float32 GEMM where that is exact (``matmul_integer_blas``). The QLinear ops then
-requantize every sum: y = saturate(round_half_even(acc * scale) + y_zero_point),
-with scale = x_scale * w_scale / y_scale as the spec's formula implies.
+Conv maps (linalg.matmul_sum, conv.conv_sum); quantized_gemm.py sums them by
+float GEMM instead where that is exact. The QLinear ops then requantize every
+sum: y = saturate(round_half_even(acc * scale) + y_zero_point), with
+scale = x_scale * w_scale / y_scale as the spec's formula implies.
 """
 import math
+import re
 
 import dace
-import numpy as np
-from dace.libraries.blas import Gemm
 
+from workbench.build.settings import transient_storage
 from workbench.ops.accumulate import mapped_reduction, parallel
-from workbench.ops.conv import conv_sum
-from workbench.ops.linalg import _blas, _matmul_shapes, _wire, matmul_sum
+from workbench.ops.conv import _depthwise_2d, conv_sum, depthwise_rows
+from workbench.ops.linalg import matmul_sum
 from workbench.ops.quantize_linear import saturated
 from workbench.ops.reduce import refuse_float16
-from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet, np_dtype
+from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
+from workbench.ops.simd import substitute
+from workbench.ops.window import row_map
 
 
 def _per(call, position: int, name: str, index: str, extent: int):
@@ -51,69 +53,17 @@ def matmul_integer(call):
                       _texts({**az_reads, **bz_reads}))[0]
 
 
-# float32 represents every integer below 2**24 exactly, so a GEMM whose every partial
-# sum stays below it adds without rounding, in any order, fused multiply-adds too
-_EXACT_IN_FLOAT32 = 1 << 24
-
-
-@implements("MatMulInteger", impl="blas")
-def matmul_integer_blas(call):
-    """MatMulInteger as sgemm on the zero-point-shifted operands, exact when
-    K * max|A - a_zero_point| * max|B - b_zero_point| < 2**24 (K <= 258 for 8-bit types:
-    every quantized transformer's MatMul of hidden size up to 256); else the int32 maps."""
-    a, b, y = call.input(0), call.input(1), call.output(0)
-    pa, pb, M, K, N = _matmul_shapes(call.shape(a), call.shape(b))
-    rows = math.prod(pa) * M
-    a_zero = call.input(2)
-    per_row = a_zero is not None and math.prod(call.shape(a_zero)) != 1
-    if (not all(n == 1 for n in pb) or per_row or 1 in (rows, K, N) or 0 in (rows, K, N)
-            or K * _span(call.dtype(a)) * _span(call.dtype(b)) >= _EXACT_IN_FLOAT32):
-        return matmul_integer(call)  # batched B, per-row zero points, or not exact
-    impl = _blas(call)
-    sdfg, state = connector_sdfg(call, "matmul_integer_gemm",
-                                 {a: (rows, K), b: (K, N), y: (rows, N)})
-    for name, shape in (("af", (rows, K)), ("bf", (K, N)), ("cf", (rows, N))):
-        sdfg.add_transient(name, shape, dace.float32)
-    for src, dst, position, (p, q), extents in ((a, "af", 2, ("r", "k"), (rows, K)),
-                                                (b, "bf", 3, ("k", "n"), (K, N))):
-        reads, z = _per(call, position, "z", "n", N)  # A's is one value (per_row above)
-        parallel(mapped_tasklet(state, f"shift_{dst}", {p: f"0:{extents[0]}",
-                                                         q: f"0:{extents[1]}"},
-                                {"v": dace.Memlet(f"{src}[{p}, {q}]"), **reads},
-                                f"o = {_shifted('v', z)}", {"o": dace.Memlet(f"{dst}[{p}, {q}]")}))
-    state = sdfg.add_state_after(state, "gemm")
-    node = Gemm("gemm", alpha=1, beta=0)
-    node.implementation = impl
-    state.add_node(node)
-    _wire(sdfg, state, node, {"af": "_a", "bf": "_b"}, {"cf": "_c"})
-    state = sdfg.add_state_after(state, "to_int32")
-    parallel(mapped_tasklet(state, "to_int32", {"r": f"0:{rows}", "n": f"0:{N}"},
-                            {"c": dace.Memlet("cf[r, n]")}, "o = c",
-                            {"o": dace.Memlet(f"{y}[r, n]")}))
-    return sdfg
-
-
-def _span(dtype) -> int:
-    """The largest |value - zero point| of an integer type."""
-    info = np.iinfo(np_dtype(dtype))
-    return int(info.max) - int(info.min)
-
-
 @implements("QLinearMatMul")
 def qlinear_matmul(call):
     refuse_float16(call)
     M, N = _rows_columns(call, 0, 3)
-    reads, codes = {}, {}
-    for pos, name, index, extent in ((1, "sa", "m", M), (2, "az", "m", M), (4, "sb", "n", N),
-                                     (5, "bz", "n", N), (6, "sy", "m", 1), (7, "yz", "m", 1)):
-        r, codes[name] = _per(call, pos, name, index, extent)
-        reads.update(r)
-    product = f"{_shifted('x', codes['az'])} * {_shifted('w', codes['bz'])}"
-    sums = {k: v for k, v in reads.items() if k in ("az", "bz")}
-    sdfg, state, acc = matmul_sum(call, product, _texts(sums), dace.int32, b_pos=3)
-    scales = {k: v for k, v in reads.items() if k not in sums}
-    _requantize(call, sdfg, state, acc, f"{codes['sa']} * {codes['sb']} / {codes['sy']}",
-                codes["yz"], scales, {"m": -2, "n": -1})
+    az_reads, az = _per(call, 2, "az", "m", M)
+    bz_reads, bz = _per(call, 5, "bz", "n", N)
+    product = f"{_shifted('x', az)} * {_shifted('w', bz)}"
+    sdfg, state, acc = matmul_sum(call, product, _texts({**az_reads, **bz_reads}), dace.int32,
+                                  b_pos=3)
+    rank = len(sdfg.arrays[acc].shape)
+    _requantize(call, sdfg, state, acc, {1: (f"d{rank - 2}", M), 4: (f"d{rank - 1}", N)})
     return sdfg
 
 
@@ -131,32 +81,68 @@ def qlinear_conv(call):
     channels = call.shape(call.output(0))[1]
     xz = _constant_zero_point(call, 2)
     wz_reads, wz = _per(call, 5, "wz", "m", channels)
-    reads, codes = {}, {}
-    for pos, name, extent in ((1, "sx", 1), (4, "sw", channels), (6, "sy", 1), (7, "yz", 1)):
-        r, codes[name] = _per(call, pos, name, "m", extent)
-        reads.update(r)
-    sdfg, state, acc = conv_sum(call, f"(int(v) - {xz}) * {_shifted('f', wz)}", str(xz),
-                                wz_reads, bias=call.input(8), acc_type=dace.int32, w_pos=3)
-    _requantize(call, sdfg, state, acc, f"{codes['sx']} * {codes['sw']} / {codes['sy']}",
-                codes["yz"], reads, {"m": 1})
+    if _depthwise_2d(call, w_pos=3):  # one vectorized int32 row loop per output row
+        sdfg, state = connector_sdfg(call, "qlinear_conv_depthwise")
+        acc, _ = sdfg.add_transient("acc", call.shape(call.output(0)), dace.int32,
+                                    storage=transient_storage())
+        depthwise_rows(call, sdfg, state, acc, w_pos=3, b_pos=8, x_zero=xz,
+                       w_zero=(wz, wz_reads))
+    else:
+        sdfg, state, acc = conv_sum(call, f"(int(v) - {xz}) * {_shifted('f', wz)}", str(xz),
+                                    wz_reads, bias=call.input(8), acc_type=dace.int32, w_pos=3)
+    _requantize(call, sdfg, state, acc, {4: ("d1", channels)})
     return sdfg
 
 
-def _requantize(call, sdfg, state, acc: str, scale: str, zero_point: str, reads: dict,
-                axes: dict):
-    """Y = saturate(nearbyint(acc * scale) + zero_point); ``axes`` name the dims that
-    per-row/column/channel reads index (``m``, ``n``) by position in acc's shape."""
-    shape = sdfg.arrays[acc].shape
-    params = [f"i{d}" for d in range(len(shape))]
-    for name, dim in axes.items():
-        params[dim] = name
-    at = f"[{', '.join(params)}]"
+def _requantize(call, sdfg, state, acc: str, per: dict, bias: tuple = None, parts: int = 0,
+                scales: tuple = (1, 4, 6, 7)):
+    """Y = saturate(nearbyint(float32(acc + bias) * (sa * sb / sy)) + zy) in float32 (the
+    inputs at positions ``scales``), as onnxruntime's MlasRequantizeOutput (a double
+    product rounds differently near .5 ties; DaCe writes a tasklet's Python float() as C++
+    float, dace.float32 says so plainly). ``acc`` holds int32 sums, or float ones of integers
+    (a GEMM's; ``parts`` of them along its first dim, to add); Y is seen in its shape.
+    ``per`` maps the positions of sa and sb to (index, extent): the index over acc's dims
+    d0, d1, ... that their values per row/column/channel take. ``bias`` (memlet texts, code;
+    see per_row) adds an int32 bias that acc does not hold yet. One vectorized row loop over
+    acc's last dim per OpenMP iteration."""
+    shape, row, inputs, codes, total = acc_rows(sdfg, acc, parts)
+    params = [f"d{d}" for d in range(len(shape))]
+    for pos, name in zip(scales, ("sa", "sb", "sy", "zy")):
+        texts, codes[name] = per_row(call, pos, name, *(per.get(pos) or ("0", 1)), params[-1],
+                                     shape[-1])
+        inputs.update(texts)
+    if bias is not None:
+        inputs.update(bias[0])
+        total, codes["b"] = f"{total} + b", bias[1]
+    quantized = f"nearbyint(dace.float32({total}) * (sa * sb / sy)) + zy"
+    expr = substitute(saturated(quantized, call.dtype(call.output(0))), codes)
     state = sdfg.add_state_after(state, "requantize")
-    parallel(mapped_tasklet(state, "requantize", {p: f"0:{n}" for p, n in zip(params, shape)},
-                            {"s": dace.Memlet(f"{acc}{at}"), **reads},
-                            f"q = nearbyint(float(s) * ({scale})) + {zero_point}\n"
-                            f"o = {saturated('q', call.dtype(call.output(0)))}",
-                            {"o": dace.Memlet(f"{call.output(0)}{at}")}))
+    row_map(state, "requantize", {p: f"0:{n}" for p, n in zip(params[:-1], shape[:-1])},
+            inputs, {"o": f"{call.output(0)}[{row}]"}, "o[j_]", expr, shape[-1], dace.float32)
+
+
+def acc_rows(sdfg, acc: str, parts: int = 0):
+    """(shape, row subset over d0.., memlet texts, codes, int sum) for a row loop reading
+    the sums in ``acc``: one array, or ``parts`` along its first dim, added as int32."""
+    shape = sdfg.arrays[acc].shape[1 if parts else 0:]
+    row = ", ".join([f"d{d}" for d in range(len(shape) - 1)] + [f"0:{shape[-1]}"])
+    names = [f"s{i}_" for i in range(parts)] if parts else ["s"]
+    inputs = {n: f"{acc}[{f'{i}, ' if parts else ''}{row}]" for i, n in enumerate(names)}
+    return (shape, row, inputs, {n: f"{n}[j_]" for n in names},
+            " + ".join(f"int({n})" for n in names))
+
+
+def per_row(call, position: int, name: str, index: str, extent: int, last: str, width: int):
+    """(memlet texts, code) of a scale or zero point read in a row loop over ``last`` (of
+    ``width``): one value, or ``name[j_]`` from a row when it varies along ``last``."""
+    reads, code = _per(call, position, name, index, extent)
+    texts = _texts(reads)
+    along = re.compile(rf"(?<![\w.]){last}\b")
+    if name in texts and along.search(texts[name]):
+        if index != last:
+            raise ValueError(f"{index}: a row loop over {last} reads rows, not {index}")
+        texts[name], code = along.sub(f"0:{width}", texts[name]), f"{name}[j_]"
+    return texts, code
 
 
 def _rows_columns(call, a_pos: int, b_pos: int):
@@ -191,11 +177,8 @@ def qgemm(call):
     a, b, bias = call.input(0), call.input(3), call.input(6)
     (M, K), N = call.shape(a), call.shape(call.output(0))[1]
     b_at = "n, k" if call.attr("transB", 0) else "k, n"
-    reads, codes = {}, {}
-    for pos, name, index, extent in ((1, "sa", "m", 1), (2, "az", "m", 1), (4, "sb", "n", N),
-                                     (5, "bz", "n", N), (7, "sy", "m", 1), (8, "yz", "m", 1)):
-        r, codes[name] = _per(call, pos, name, index, extent)
-        reads.update(r)
+    az_reads, az = _per(call, 2, "az", "m", 1)
+    bz_reads, bz = _per(call, 5, "bz", "n", N)
     sdfg, state = connector_sdfg(call, "qgemm")
     acc, _ = sdfg.add_transient("acc", (M, N), dace.int32)
     ranges = {"m": f"0:{M}", "n": f"0:{N}"}
@@ -204,15 +187,16 @@ def qgemm(call):
         if bias is not None else ({}, "c = 0")
     parallel(mapped_tasklet(init, "bias", ranges, start[0], start[1],
                             {"c": dace.Memlet(f"{acc}[m, n]")}))
-    sums = {k: v for k, v in reads.items() if k in ("az", "bz")}
     mapped_reduction(state, "qgemm", ranges, {"k": f"0:{K}"}, {
-        "x": dace.Memlet(f"{a}[m, k]"), "w": dace.Memlet(f"{b}[{b_at}]"), **sums},
-        f"c = {_shifted('x', codes['az'])} * {_shifted('w', codes['bz'])}",
+        "x": dace.Memlet(f"{a}[m, k]"), "w": dace.Memlet(f"{b}[{b_at}]"), **az_reads,
+        **bz_reads}, f"c = {_shifted('x', az)} * {_shifted('w', bz)}",
         {"c": dace.Memlet(f"{acc}[m, n]", wcr="lambda p, q: p + q")})
-    scales = {k: v for k, v in reads.items() if k not in sums}
-    _requantize(call, sdfg, state, acc, f"{codes['sa']} * {codes['sb']} / {codes['sy']}",
-                codes["yz"], scales, {"m": 0, "n": 1})
+    _requantize(call, sdfg, state, acc, {4: ("d1", N)}, scales=QGEMM_SCALES)
     return sdfg
+
+
+# QGemm's a_scale, b_scale, y_scale and y_zero_point positions (QLinear ops': 1, 4, 6, 7)
+QGEMM_SCALES = (1, 4, 7, 8)
 
 
 def _bias_index(call, bias: str, M: int, N: int) -> str:
