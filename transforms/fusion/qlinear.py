@@ -36,8 +36,10 @@ from transforms.fusion import program as prog
 from transforms.fusion.qdq import EIGHT_BITS, quantization, remove_nodes, source, writer
 from transforms.graph import in_array, out_array, readers_elsewhere, single_consumer
 from transforms.operator_transformation import OperatorTransformation
+from workbench.build.settings import blas_implementation
 from workbench.importer.to_sdfg import connector_names
 from workbench.ops.node import OnnxOp
+from workbench.ops.registry import implementations_of
 from workbench.transformation_api import register
 
 _INTEGER_OPS = {"Conv": ("QLinearConv", ""), "MatMul": ("QLinearMatMul", ""),
@@ -156,6 +158,9 @@ class QLinearFusion(OperatorTransformation):
         node = OnnxOp(prog.unique_label(state, name), op_type=op_type, domain=domain,
                       onnx_name=name, opset=opset, attrs=attrs, onnx_inputs=ins,
                       onnx_outputs=[out], consts=consts)
+        # as the importer picks for its own nodes: the exact float GEMMs when BLAS is there
+        node.implementation = ("blas" if "blas" in implementations_of(op_type)
+                               and blas_implementation() is not None else "pure")
         state.add_node(node)
         for conn, access in zip(ins, sources):
             if conn:
