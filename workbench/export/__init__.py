@@ -102,12 +102,15 @@ def _program_spec(ws, build, library_name) -> dict:
                      "dtype": np.dtype(desc.dtype.as_numpy_dtype()).name,
                      "onnx_name": info.onnx_name if info else name,
                      "onnx_shape": list(info.shape) if info else None})
-    from workbench.runtime.verify import DEFAULT_ATOL, DEFAULT_RTOL, HALF_ATOL, HALF_RTOL
+    from workbench.runtime.verify import (DEFAULT_ATOL, DEFAULT_RTOL, HALF_ATOL, HALF_RTOL,
+                                          STEP_SLACK, quantization_steps)
     inputs = [{"onnx_name": i.onnx_name, "onnx_shape": list(i.shape),
                "dtype": np.dtype(i.dtype).name} for i in ws.inputs]  # the model's input order
     return {"name": build.sdfg.name, "library": library_name, "arguments": args, "inputs": inputs,
             "seed": SEED, "rtol": DEFAULT_RTOL, "atol": DEFAULT_ATOL,
-            "half_rtol": max(DEFAULT_RTOL, HALF_RTOL), "half_atol": max(DEFAULT_ATOL, HALF_ATOL)}
+            "half_rtol": max(DEFAULT_RTOL, HALF_RTOL), "half_atol": max(DEFAULT_ATOL, HALF_ATOL),
+            "steps": {name: step * STEP_SLACK for name, step
+                      in quantization_steps(ws.model.reference_model).items()}}
 
 
 def _check(folder: Path) -> dict:

@@ -11,7 +11,7 @@ import numpy as np
 
 from workbench.errors import BadInputError
 from workbench.runtime.reference import random_inputs, run_reference
-from workbench.runtime.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all
+from workbench.runtime.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all, quantization_steps
 
 
 def holding_lock(method):
@@ -137,7 +137,8 @@ class SessionRuns:
                 raise BadInputError(f"expected outputs name {', '.join(unknown)}, which the model "
                                     f"does not produce; outputs are "
                                     f"{', '.join(o.onnx_name for o in self.outputs)}.")
-        report = compare_all(self.name, outputs, reference, rtol, atol, ref_name)
+        report = compare_all(self.name, outputs, reference, rtol, atol, ref_name,
+                             quantization_steps(self.model.reference_model))
         report.timings = {"build_s": build.seconds, **timings,
                           **{f"{k}_s": v for k, v in build.timings.items()}}
         return report

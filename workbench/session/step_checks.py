@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from workbench.build import release
 from workbench.errors import Cancelled, WorkbenchError
 from workbench.progress import Progress
-from workbench.runtime.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all
+from workbench.runtime.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all, quantization_steps
 
 
 def verified_from(report) -> dict:
@@ -87,7 +87,8 @@ def run_and_compare(ws, step, finish, cancel=None) -> dict:
     finally:
         release(build)
     outputs = {o.onnx_name: results[o.onnx_name].reshape(o.shape) for o in ws.outputs}
-    report = compare_all(ws.name, outputs, _reference(ws), DEFAULT_RTOL, DEFAULT_ATOL)
+    report = compare_all(ws.name, outputs, _reference(ws), DEFAULT_RTOL, DEFAULT_ATOL,
+                         steps=quantization_steps(ws.model.reference_model))
     return verified_from(report)
 
 
