@@ -119,6 +119,12 @@ MODELS = [
           _TEXT_FULL),
     _full("unet", "U-Net (64-1024 channels, transposed convs), 224x224"),
     _full("densenet", "DenseNet-121, 224x224"),
+    # python tests/exports/quantized_models.py --full, from the full-size resnet and bert
+    _full("resnet_qdq", "ResNet-18 quantized by onnxruntime: static QDQ int8, per channel, "
+          "224x224"),
+    _full("bert_qdq", "BERT-tiny quantized by onnxruntime: static QDQ int8, 128 tokens"),
+    _full("bert_dynamic", "BERT-tiny quantized by onnxruntime: dynamic int8 (MatMulInteger), "
+          "128 tokens"),
 ]
 _BY_NAME = {m.name: m for m in MODELS}
 
