@@ -65,6 +65,27 @@ def single_node_model(op_type: str, inputs: dict, attrs: dict = None, outputs=("
     return model
 
 
+def graph_model(nodes: list, inputs: dict, initializers: dict, outputs: list,
+                opset: int = 17) -> onnx.ModelProto:
+    """A checked model of ``nodes`` (inputs: name -> (shape, dtype)), its ``outputs``
+    typed by shape inference."""
+    graph = helper.make_graph(
+        nodes, "graph", [value_info(n, list(shape), dtype) for n, (shape, dtype) in inputs.items()],
+        [helper.make_empty_tensor_value_info(n) for n in outputs],
+        initializer=[numpy_helper.from_array(np.asarray(v), n) for n, v in initializers.items()])
+    model = _typed_outputs(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                                             ir_version=IR_VERSION))
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def op_counts(ws) -> dict:
+    """Op type -> how many OnnxOp nodes of it the session's SDFG has (bodies too)."""
+    from collections import Counter
+    from workbench.ops.node import OnnxOp
+    return Counter(n.op_type for n, _ in ws.sdfg.all_nodes_recursive() if isinstance(n, OnnxOp))
+
+
 def _typed_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
     """Fill output types from shape inference: the workbench needs them static."""
     inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)

@@ -2,23 +2,14 @@
 DequantizeLinear and a QuantizeLinear of the same scale and zero point runs on the
 8-bit values, with results equal to onnxruntime's bit for bit, and is refused where
 the round trip would change a value (another scale, zero point or type)."""
-import collections
-
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-from onnx_helpers import assert_matches_onnxruntime
+from onnx_helpers import assert_matches_onnxruntime, graph_model, op_counts
 
 EXACT = {"rtol": 0.0, "atol": 0.0}
 RNG = np.random.default_rng(5)
-
-
-def _op_counts(ws) -> collections.Counter:
-    from workbench.ops.node import OnnxOp
-    return collections.Counter(n.op_type for n, _ in ws.sdfg.all_nodes_recursive()
-                               if isinstance(n, OnnxOp))
 
 
 def _model(op, x_shape, attrs=None, extra=None, out_scale=0.05, out_zero=3,
@@ -34,13 +25,7 @@ def _model(op, x_shape, attrs=None, extra=None, out_scale=0.05, out_zero=3,
              helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xf"]),
              helper.make_node(op, ["xf", *(extra or {})], ["yf"], **(attrs or {})),
              helper.make_node("QuantizeLinear", ["yf", "so", "zo"], ["y"])]
-    graph = helper.make_graph(
-        nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)], [],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    typed = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
-    model.graph.output.append(typed["y"])
-    return model
+    return graph_model(nodes, {"x": (x_shape, "float32")}, inits, ["y"])
 
 
 def _moved(model, x_shape):
@@ -64,7 +49,7 @@ def _moved(model, x_shape):
 ])
 def test_moves_8_bit_values_bit_exact(op, x_shape, attrs, extra, integer):
     ws = _moved(_model(op, x_shape, attrs, extra, integer=integer), x_shape)
-    ops = _op_counts(ws)
+    ops = op_counts(ws)
     # the input's QuantizeLinear stays; the pair around the operator went
     assert ops[op] == 1 and ops["DequantizeLinear"] == 0 and ops["QuantizeLinear"] == 1
     assert "xf" not in ws.sdfg.arrays and "yf" not in ws.sdfg.arrays
@@ -101,8 +86,8 @@ def test_quantized_exports_move_8_bit_values(name, moved):
     found = [m for m in ws.transformations(predict=False)
              if m.transformation == "IntegerDataMovement"]
     assert len(found) == sum(moved.values())
-    before, quantizes = ws.data_movement().moved_bytes, _op_counts(ws)["QuantizeLinear"]
+    before, quantizes = ws.data_movement().moved_bytes, op_counts(ws)["QuantizeLinear"]
     ws.optimize({"name": "m", "steps": [{"transformation": "IntegerDataMovement",
                                          "all": True}]})
-    assert _op_counts(ws)["QuantizeLinear"] == quantizes - len(found)
+    assert op_counts(ws)["QuantizeLinear"] == quantizes - len(found)
     assert ws.data_movement().moved_bytes < before

@@ -5,23 +5,14 @@ not be the float route's (a bias at another scale, alpha, a product read twice).
 The small models quantize a float input, run the quantized core and return its 8-bit
 result, so a one-step difference anywhere shows; onnxruntime fuses the same pattern.
 """
-import collections
-
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-from onnx_helpers import assert_matches_onnxruntime
+from onnx_helpers import assert_matches_onnxruntime, graph_model, op_counts
 
 EXACT = {"rtol": 0.0, "atol": 0.0}
 RNG = np.random.default_rng(11)
-
-
-def _op_counts(ws) -> collections.Counter:
-    from workbench.ops.node import OnnxOp
-    return collections.Counter(n.op_type for n, _ in ws.sdfg.all_nodes_recursive()
-                               if isinstance(n, OnnxOp))
 
 
 def _qdq_model(core: str, x_shape, w, attrs=None, bias=None, per_channel_axis=None,
@@ -52,13 +43,7 @@ def _qdq_model(core: str, x_shape, w, attrs=None, bias=None, per_channel_axis=No
         core_inputs.append("bf")
     nodes += [helper.make_node(core, core_inputs, ["yf"], **(attrs or {})),
               helper.make_node("QuantizeLinear", ["yf", "ys", "yz"], ["y"])]
-    graph = helper.make_graph(
-        nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)], [],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    typed = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
-    model.graph.output.extend(typed[name] for name in ["y", *(also_output or ())])
-    return model
+    return graph_model(nodes, {"x": (x_shape, "float32")}, inits, ["y", *(also_output or ())])
 
 
 def _weights(shape):
@@ -85,7 +70,7 @@ def test_conv_becomes_qlinearconv_bit_exact(attrs, w_shape, per_channel, bias, x
     b = RNG.integers(-300, 300, w_shape[0]).astype(np.int32) if bias else None
     ws = _fused(_qdq_model("Conv", x_shape, _weights(w_shape), attrs, b, per_channel, x_type),
                 x_shape)
-    ops = _op_counts(ws)
+    ops = op_counts(ws)
     assert ops["QLinearConv"] == 1 and ops["Conv"] == 0
     # only the input's QuantizeLinear is left: both DequantizeLinear and the float tensors went
     assert ops["DequantizeLinear"] == 0 and ops["QuantizeLinear"] == 1
@@ -97,7 +82,7 @@ def test_conv_becomes_qlinearconv_bit_exact(attrs, w_shape, per_channel, bias, x
 def test_matmul_becomes_qlinearmatmul_bit_exact(x_shape, w_shape, per_channel):
     ws = _fused(_qdq_model("MatMul", x_shape, _weights(w_shape), per_channel_axis=per_channel),
                 x_shape)
-    assert _op_counts(ws)["QLinearMatMul"] == 1 and _op_counts(ws)["MatMul"] == 0
+    assert op_counts(ws)["QLinearMatMul"] == 1 and op_counts(ws)["MatMul"] == 0
 
 
 @pytest.mark.parametrize("trans_b, per_channel", [(1, 0), (0, None), (0, 1)])
@@ -106,7 +91,7 @@ def test_gemm_with_bias_becomes_qgemm_bit_exact(trans_b, per_channel):
     bias = RNG.integers(-500, 500, 12).astype(np.int32)
     ws = _fused(_qdq_model("Gemm", (5, 16), _weights(w_shape), {"transB": trans_b}, bias,
                            per_channel), (5, 16))
-    assert _op_counts(ws)["QGemm"] == 1 and _op_counts(ws)["Gemm"] == 0
+    assert op_counts(ws)["QGemm"] == 1 and op_counts(ws)["Gemm"] == 0
 
 
 def _matches(model) -> list:
@@ -138,7 +123,7 @@ def test_a_dequantized_input_read_elsewhere_stays_for_its_other_reader():
     ws, found = _matches(model)
     assert len(found) == 1
     ws.apply(found[0])
-    assert _op_counts(ws)["DequantizeLinear"] == 1 and _op_counts(ws)["QLinearMatMul"] == 1
+    assert op_counts(ws)["DequantizeLinear"] == 1 and op_counts(ws)["QLinearMatMul"] == 1
     report = ws.verify({"x": RNG.standard_normal((5, 16), np.float32)}, **EXACT)
     assert report.match, report.text()
 
@@ -150,14 +135,15 @@ def test_quantized_exports_keep_8_bit_weights_and_fuse_every_core(name, integer_
     """onnxruntime's QDQ models: the import keeps the int8 weights (no float32 copies), and
     every Conv, MatMul and Gemm becomes an integer operator, cutting the bytes moved.
     (test_quantized_models builds and verifies them through the recipes.)"""
+    import dace
     import workbench
     ws = workbench.open(f"zoo:{name}")
     int8_weights = sum(d.total_size for d in ws.sdfg.arrays.values()
-                       if not d.transient and d.dtype == __import__("dace").int8)
+                       if not d.transient and d.dtype == dace.int8)
     assert int8_weights > 0.5 * ws.summary()["parameters"]
     before = ws.data_movement().moved_bytes
     ws.optimize({"name": "q", "steps": [{"transformation": "QLinearFusion", "all": True}]})
-    ops = _op_counts(ws)
+    ops = op_counts(ws)
     assert {k: ops[k] for k in integer_ops} == integer_ops
     assert ops["Conv"] == ops["MatMul"] == ops["Gemm"] == 0
     assert ws.data_movement().moved_bytes < 0.7 * before
