@@ -38,12 +38,20 @@ def test_zoo_exports_resolve_to_the_committed_files():
     assert workbench.resolve_model("zoo:unet") == ROOT / "tests" / "exports" / "unet.onnx"
 
 
-def test_full_size_names_are_the_ones_make_exports_writes():
-    """Read from the generator's source: importing it would import torch."""
-    tree = ast.parse((ROOT / "tests" / "exports" / "make_exports.py").read_text())
-    full = next(node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
-                and any(getattr(t, "id", None) == "FULL" for t in node.targets))
-    written = {key.value for key in full.keys}
+def _dict_keys(script: str, name: str) -> set:
+    """The keys of the dict ``name`` that ``script`` (in tests/exports) assigns, read from
+    its source: importing the generators would import torch and onnxruntime's quantizer."""
+    tree = ast.parse((ROOT / "tests" / "exports" / script).read_text())
+    table = next(node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                 and any(getattr(t, "id", None) == name for t in node.targets))
+    return {key.value for key in table.keys}
+
+
+def test_full_size_names_are_the_ones_the_generators_write():
+    """make_exports.py --full writes the float models, quantized_models.py --full the
+    quantized ones made from them."""
+    written = _dict_keys("make_exports.py", "FULL") | _dict_keys("quantized_models.py",
+                                                                 "FIXTURES")
     assert written == {zoo.get(n).file for n in zoo.names(full=True)}
 
 
