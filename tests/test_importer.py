@@ -322,3 +322,21 @@ def test_checks_and_inference_see_the_same_shapes_without_the_weights():
     weight.raw_data = weight.raw_data[:-4]
     with pytest.raises(ModelLoadError, match=f"tensor '{weight.name}' declares dims"):
         check_model(broken)
+
+
+def test_incomplete_symbolic_inference_leaves_no_files_in_the_working_folder(tmp_path,
+                                                                             monkeypatch):
+    """onnxruntime's symbolic inference saves the model and its weights into the current
+    folder when shapes stay unknown (a com.microsoft QGemm's here); importing must not."""
+    from onnx_helpers import single_node_model
+    rng = np.random.default_rng(0)
+    inits = {"sa": np.array(0.1, np.float32), "za": np.array(3, np.uint8),
+             "b": rng.integers(-60, 60, (8, 6)).astype(np.int8),
+             "sb": np.array(0.02, np.float32), "zb": np.array(0, np.int8),
+             "c": np.zeros(6, np.int32), "sy": np.array(0.5, np.float32),
+             "zy": np.array(1, np.uint8)}
+    model = single_node_model("QGemm", {"a": ((4, 8), np.uint8)}, initializers=inits,
+                              domain="com.microsoft", outputs={"y": ((4, 6), np.uint8)})
+    monkeypatch.chdir(tmp_path)
+    workbench.open(model)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -102,7 +102,7 @@ def infer_shapes(model: onnx.ModelProto, hints: dict = None,
         if exact is not None:
             check_model_budget(exact, memory_budget)
         try:
-            symbolic = symbolic_engine().infer_shapes(slim, auto_merge=False)
+            symbolic = _symbolic_shapes(slim)
         except MemoryError:
             raise
         except Exception as e:  # it asserts on some exports (legacy ViT)
@@ -155,6 +155,30 @@ def _declare_hints(model: onnx.ModelProto, hints: dict) -> None:
 
 
 SYMBOLIC_MODULE = "onnxruntime.tools.symbolic_shape_infer"
+
+
+def _symbolic_shapes(slim: onnx.ModelProto) -> onnx.ModelProto:
+    """``SymbolicShapeInference.infer_shapes`` without its side effect: when shapes stay
+    unknown it saves the model as ``sym_shape_infer_temp.onnx`` plus ``<uuid>.data``
+    files into the current folder, the user's, before it raises. The same steps, then
+    the same exception, without the files (the public call where the steps moved)."""
+    engine = symbolic_engine()
+    try:
+        inference = engine(2**31 - 1, False, False, 0)
+        steps = inference._preprocess, inference._infer_impl, inference._update_output_from_vi
+    except (AttributeError, TypeError):
+        return engine.infer_shapes(slim, auto_merge=False)
+    if max((o.version for o in slim.opset_import if o.domain in ("", "ai.onnx")),
+           default=0) < 7:
+        return None  # as infer_shapes: opsets before 7 are not supported
+    steps[0](slim)
+    complete = False
+    while inference.run_:
+        complete = steps[1]()
+    steps[2]()
+    if not complete:
+        raise RuntimeError("Incomplete symbolic shape inference")
+    return inference.out_mp_
 
 
 def symbolic_engine():
