@@ -31,6 +31,7 @@ from pathlib import Path
 PREFIX = "zoo:"
 EXPORTS = Path(__file__).resolve().parents[1] / "tests" / "exports"
 GENERATOR = "tests/exports/make_exports.py"
+QUANTIZER = "tests/exports/quantized_models.py"   # quantizes the float exports
 _TEXT = {"batch": 1, "sequence": 16}
 _TEXT_FULL = {"batch": 1, "sequence": 128}
 
@@ -76,11 +77,11 @@ def _export(name, about, shapes=None):
 
 
 def _quantized(name, about):
-    return ZooModel(name, "export", about, {}, name, "tests/exports/quantized_models.py")
+    return ZooModel(name, "export", about, {}, name, QUANTIZER)
 
 
-def _full(name, about, shapes=None):
-    return ZooModel(f"{name}-full", "full", about, dict(shapes or {}), name)
+def _full(name, about, shapes=None, generator=GENERATOR):
+    return ZooModel(f"{name}-full", "full", about, dict(shapes or {}), name, generator)
 
 
 MODELS = [
@@ -119,12 +120,13 @@ MODELS = [
           _TEXT_FULL),
     _full("unet", "U-Net (64-1024 channels, transposed convs), 224x224"),
     _full("densenet", "DenseNet-121, 224x224"),
-    # python tests/exports/quantized_models.py --full, from the full-size resnet and bert
+    # made from the full-size resnet and bert (generated first when missing)
     _full("resnet_qdq", "ResNet-18 quantized by onnxruntime: static QDQ int8, per channel, "
-          "224x224"),
-    _full("bert_qdq", "BERT-tiny quantized by onnxruntime: static QDQ int8, 128 tokens"),
+          "224x224", generator=QUANTIZER),
+    _full("bert_qdq", "BERT-tiny quantized by onnxruntime: static QDQ int8, 128 tokens",
+          generator=QUANTIZER),
     _full("bert_dynamic", "BERT-tiny quantized by onnxruntime: dynamic int8 (MatMulInteger), "
-          "128 tokens"),
+          "128 tokens", generator=QUANTIZER),
 ]
 _BY_NAME = {m.name: m for m in MODELS}
 
@@ -150,7 +152,7 @@ def get(name: str) -> ZooModel:
 
 
 def generate_command(model: ZooModel) -> str:
-    return f"python {GENERATOR} --full {model.file}"
+    return f"python {model.generator} --full {model.file}"
 
 
 def cache_root() -> Path:

@@ -82,7 +82,7 @@ def static_qdq(source: str, feeds, per_channel: bool):
     def make(out: Path, tmp: Path, full: bool):
         side, tokens, vocab = SIZES[full]
         calibration = feeds(side) if source == "resnet" else feeds(tokens, vocab)
-        quantize_static(str(_prepared(_folder(full) / f"{source}.onnx", tokens, tmp)), str(out),
+        quantize_static(str(_prepared(_float_export(source, full), tokens, tmp)), str(out),
                         _Feeds(calibration),
                         quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
                         weight_type=QuantType.QInt8, per_channel=per_channel,
@@ -92,9 +92,18 @@ def static_qdq(source: str, feeds, per_channel: bool):
 
 def dynamic(source: str):
     def make(out: Path, tmp: Path, full: bool):
-        quantize_dynamic(str(_prepared(_folder(full) / f"{source}.onnx", SIZES[full][1], tmp)),
+        quantize_dynamic(str(_prepared(_float_export(source, full), SIZES[full][1], tmp)),
                          str(out), weight_type=QuantType.QInt8, reduce_range=True)
     return make
+
+
+def _float_export(source: str, full: bool) -> Path:
+    """The float model to quantize; a full-size one is exported first when missing."""
+    path = _folder(full) / f"{source}.onnx"
+    if full and not path.is_file():
+        import make_exports  # needs torch
+        make_exports.export(source, full=True)
+    return path
 
 
 def _folder(full: bool) -> Path:

@@ -73,8 +73,8 @@ def generate_missing(models: list, env: dict) -> dict:
         if entry.available():
             continue
         print(f"generating {name}: {zoo.generate_command(entry)}", file=sys.stderr, flush=True)
-        done = subprocess.run([sys.executable, "tests/exports/make_exports.py", "--full",
-                               entry.file], cwd=ROOT, env=env, capture_output=True, text=True)
+        done = subprocess.run([sys.executable, entry.generator, "--full", entry.file],
+                              cwd=ROOT, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             last = (done.stderr.strip() or "no output").splitlines()[-1]
             errors[name] = f"could not generate it ({zoo.generate_command(entry)}): {last[:200]}"
