@@ -160,13 +160,13 @@ def _bias(call, state, c, y, beta, M, N, accumulate: bool):
         inputs["acc"] = dace.Memlet(f"{y}[m, n]")
         terms.append("acc")
     if c is not None and beta != 0:
-        inputs["b"] = dace.Memlet(f"{c}[{_bias_index(call.shape(c))}]")
+        inputs["b"] = dace.Memlet(f"{c}[{bias_index(call.shape(c))}]")
         terms.append(f"{beta} * b")
     parallel(mapped_tasklet(state, "bias", {"m": f"0:{M}", "n": f"0:{N}"}, inputs,
                             f"o = {' + '.join(terms) or '0'}", {"o": dace.Memlet(f"{y}[m, n]")}))
 
 
-def _bias_index(shape) -> str:
+def bias_index(shape) -> str:
     """Index of C for Y[m, n] (C broadcasts unidirectionally to (M, N))."""
     names = ("m", "n")[2 - len(shape):]
     return ", ".join(var if size != 1 else "0" for size, var in zip(shape, names)) or "0"

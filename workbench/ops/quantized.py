@@ -15,7 +15,7 @@ import dace
 from workbench.build.settings import transient_storage
 from workbench.ops.accumulate import mapped_reduction, parallel
 from workbench.ops.conv import _depthwise_2d, conv_sum, depthwise_rows
-from workbench.ops.linalg import matmul_sum
+from workbench.ops.linalg import bias_index, matmul_sum
 from workbench.ops.quantize_linear import saturated
 from workbench.ops.reduce import refuse_float16
 from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
@@ -39,7 +39,7 @@ def _per(call, position: int, name: str, index: str, extent: int):
     return {name: dace.Memlet(f"{conn}[{', '.join(zeros)}]")}, name
 
 
-def _shifted(value: str, zero_point: str) -> str:
+def shifted(value: str, zero_point: str) -> str:
     return f"(int({value}) - int({zero_point}))"
 
 
@@ -49,7 +49,7 @@ def matmul_integer(call):
     M, N = _rows_columns(call, 0, 1)
     az_reads, az = _per(call, 2, "az", "m", M)
     bz_reads, bz = _per(call, 3, "bz", "n", N)
-    return matmul_sum(call, f"{_shifted('x', az)} * {_shifted('w', bz)}",
+    return matmul_sum(call, f"{shifted('x', az)} * {shifted('w', bz)}",
                       _texts({**az_reads, **bz_reads}))[0]
 
 
@@ -59,27 +59,27 @@ def qlinear_matmul(call):
     M, N = _rows_columns(call, 0, 3)
     az_reads, az = _per(call, 2, "az", "m", M)
     bz_reads, bz = _per(call, 5, "bz", "n", N)
-    product = f"{_shifted('x', az)} * {_shifted('w', bz)}"
+    product = f"{shifted('x', az)} * {shifted('w', bz)}"
     sdfg, state, acc = matmul_sum(call, product, _texts({**az_reads, **bz_reads}), dace.int32,
                                   b_pos=3)
     rank = len(sdfg.arrays[acc].shape)
-    _requantize(call, sdfg, state, acc, {1: (f"d{rank - 2}", M), 4: (f"d{rank - 1}", N)})
+    requantize(call, sdfg, state, acc, {1: (f"d{rank - 2}", M), 4: (f"d{rank - 1}", N)})
     return sdfg
 
 
 @implements("ConvInteger")
 def conv_integer(call):
     """int32 Y = sum (x - x_zero_point) * (w - w_zero_point); the pads hold x_zero_point."""
-    xz = _constant_zero_point(call, 2)
+    xz = constant_zero_point(call, 2)
     wz_reads, wz = _per(call, 3, "wz", "m", call.shape(call.output(0))[1])
-    return conv_sum(call, f"(int(v) - {xz}) * {_shifted('f', wz)}", str(xz), wz_reads)[0]
+    return conv_sum(call, f"(int(v) - {xz}) * {shifted('f', wz)}", str(xz), wz_reads)[0]
 
 
 @implements("QLinearConv")
 def qlinear_conv(call):
     refuse_float16(call)
     channels = call.shape(call.output(0))[1]
-    xz = _constant_zero_point(call, 2)
+    xz = constant_zero_point(call, 2)
     wz_reads, wz = _per(call, 5, "wz", "m", channels)
     if _depthwise_2d(call, w_pos=3):  # one vectorized int32 row loop per output row
         sdfg, state = connector_sdfg(call, "qlinear_conv_depthwise")
@@ -88,13 +88,13 @@ def qlinear_conv(call):
         depthwise_rows(call, sdfg, state, acc, w_pos=3, b_pos=8, x_zero=xz,
                        w_zero=(wz, wz_reads))
     else:
-        sdfg, state, acc = conv_sum(call, f"(int(v) - {xz}) * {_shifted('f', wz)}", str(xz),
+        sdfg, state, acc = conv_sum(call, f"(int(v) - {xz}) * {shifted('f', wz)}", str(xz),
                                     wz_reads, bias=call.input(8), acc_type=dace.int32, w_pos=3)
-    _requantize(call, sdfg, state, acc, {4: ("d1", channels)})
+    requantize(call, sdfg, state, acc, {4: ("d1", channels)})
     return sdfg
 
 
-def _requantize(call, sdfg, state, acc: str, per: dict, bias: tuple = None, parts: int = 0,
+def requantize(call, sdfg, state, acc: str, per: dict, bias: tuple = None, parts: int = 0,
                 scales: tuple = (1, 4, 6, 7)):
     """Y = saturate(nearbyint(float32(acc + bias) * (sa * sb / sy)) + zy) in float32 (the
     inputs at positions ``scales``), as onnxruntime's MlasRequantizeOutput (a double
@@ -150,7 +150,7 @@ def _rows_columns(call, a_pos: int, b_pos: int):
     return (a[-2] if len(a) > 1 else 1), (b[-1] if len(b) > 1 else 1)
 
 
-def _constant_zero_point(call, position: int) -> int:
+def constant_zero_point(call, position: int) -> int:
     """A zero point the padding must hold, so it is needed at build time."""
     if call.input(position) is None:
         return 0
@@ -183,15 +183,15 @@ def qgemm(call):
     acc, _ = sdfg.add_transient("acc", (M, N), dace.int32)
     ranges = {"m": f"0:{M}", "n": f"0:{N}"}
     init = sdfg.add_state_before(state, "bias")
-    start = ({"v": dace.Memlet(f"{bias}[{_bias_index(call, bias, M, N)}]")}, "c = v") \
+    start = ({"v": dace.Memlet(f"{bias}[{checked_bias_index(call, bias, M, N)}]")}, "c = v") \
         if bias is not None else ({}, "c = 0")
     parallel(mapped_tasklet(init, "bias", ranges, start[0], start[1],
                             {"c": dace.Memlet(f"{acc}[m, n]")}))
     mapped_reduction(state, "qgemm", ranges, {"k": f"0:{K}"}, {
         "x": dace.Memlet(f"{a}[m, k]"), "w": dace.Memlet(f"{b}[{b_at}]"), **az_reads,
-        **bz_reads}, f"c = {_shifted('x', az)} * {_shifted('w', bz)}",
+        **bz_reads}, f"c = {shifted('x', az)} * {shifted('w', bz)}",
         {"c": dace.Memlet(f"{acc}[m, n]", wcr="lambda p, q: p + q")})
-    _requantize(call, sdfg, state, acc, {4: ("d1", N)}, scales=QGEMM_SCALES)
+    requantize(call, sdfg, state, acc, {4: ("d1", N)}, scales=QGEMM_SCALES)
     return sdfg
 
 
@@ -199,10 +199,9 @@ def qgemm(call):
 QGEMM_SCALES = (1, 4, 7, 8)
 
 
-def _bias_index(call, bias: str, M: int, N: int) -> str:
+def checked_bias_index(call, bias: str, M: int, N: int) -> str:
     """C's element for Y[m, n]: C broadcasts to (M, N) from the right, as Gemm's C does."""
     shape = call.shape(bias)
     if len(shape) > 2 or any(s not in (1, full) for s, full in zip(shape[::-1], (N, M))):
         raise call.fail(f"the bias of shape {shape} does not broadcast to ({M}, {N})")
-    names = ["m", "n"][2 - len(shape):]
-    return ", ".join("0" if s == 1 else p for s, p in zip(shape, names)) or "0"
+    return bias_index(shape)

@@ -21,9 +21,9 @@ from dace.libraries.blas import BatchedMatMul, Gemm
 from workbench.build.settings import transient_storage
 from workbench.ops.conv import im2col_gemms
 from workbench.ops.linalg import _blas, _matmul_shapes, _wire
-from workbench.ops.quantized import (QGEMM_SCALES, _bias_index, _constant_zero_point,
-                                     _requantize, _shifted, acc_rows, matmul_integer, per_row,
-                                     qgemm, qlinear_conv, qlinear_matmul)
+from workbench.ops.quantized import (QGEMM_SCALES, acc_rows, checked_bias_index,
+                                     constant_zero_point, matmul_integer, per_row, qgemm,
+                                     qlinear_conv, qlinear_matmul, requantize, shifted)
 from workbench.ops.reduce import refuse_float16
 from workbench.ops.registry import connector_sdfg, implements, np_dtype
 from workbench.ops.simd import substitute
@@ -56,7 +56,7 @@ def qlinear_matmul_blas(call):
         return qlinear_matmul(call)
     sdfg, state, acc, parts = made
     shape = sdfg.arrays[acc].shape
-    _requantize(call, sdfg, state, acc, {4: (f"d{len(shape) - 1 - bool(parts)}", shape[-1])},
+    requantize(call, sdfg, state, acc, {4: (f"d{len(shape) - 1 - bool(parts)}", shape[-1])},
                 parts=parts)
     return sdfg
 
@@ -76,10 +76,10 @@ def qgemm_blas(call):
     M, N = call.shape(call.output(0))
     bias = None
     if call.input(6) is not None:  # C broadcasts to (M, N) from the right
-        index = _bias_index(call, call.input(6), M, N).split(", ")
+        index = checked_bias_index(call, call.input(6), M, N).split(", ")
         row = ", ".join({"m": "d0", "n": f"0:{N}"}.get(i, i) for i in index)
         bias = {"b": f"{call.input(6)}[{row}]"}, "b[j_]" if "n" in index else "b"
-    _requantize(call, sdfg, state, acc, {4: ("d1", N)}, bias=bias, parts=parts,
+    requantize(call, sdfg, state, acc, {4: ("d1", N)}, bias=bias, parts=parts,
                 scales=QGEMM_SCALES)
     return sdfg
 
@@ -94,7 +94,7 @@ def qlinear_conv_blas(call):
     group = call.attr("group", 1)
     channels, mpg = ys[1], ys[1] // group
     taps, pixels = ws[1] * math.prod(ws[2:]), math.prod(ys[2:])
-    xz = _constant_zero_point(call, 2)
+    xz = constant_zero_point(call, 2)
     ftype, parts = _gemm_plan(taps, _span(call, 0, 2), _span(call, 3, 5))
     # DaCe's Gemm refuses size-1 dims: depthwise (one output channel per group), 1x1 outputs
     if 1 in (mpg, taps, pixels) or 0 in ys or ftype is None:
@@ -112,7 +112,7 @@ def qlinear_conv_blas(call):
                  fill=str(xz), value=f"int(v) - ({xz})", parts=parts)
     channel = (f"d1 * {mpg} + d2", channels)
     bias = per_row(call, 8, "b", *channel, "d3", pixels) if b else None
-    _requantize(call, sdfg, state, "acc", {4: channel}, bias=bias, parts=len(parts or ()))
+    requantize(call, sdfg, state, "acc", {4: channel}, bias=bias, parts=len(parts or ()))
     return sdfg
 
 
@@ -176,9 +176,9 @@ def _shift_rows(call, state, src: str, dst: str, shape: tuple, zero_pos: int, ze
     params = [f"d{d}" for d in range(len(shape))]
     texts, zero = per_row(call, zero_pos, "z", *zero_at, params[-1], shape[-1])
     at = ", ".join(params[:-1] + [f"0:{shape[-1]}"])
-    shifted = substitute(_shifted("v", "z"), {"v": "v[j_]", "z": zero})
+    code = substitute(shifted("v", "z"), {"v": "v[j_]", "z": zero})
     row_map(state, f"shift_{src}", {p: f"0:{n}" for p, n in zip(params[:-1], shape[:-1])},
-            {"v": f"{src}[{at}]", **texts}, {"o": f"{dst}[{at}]"}, "o[j_]", shifted,
+            {"v": f"{src}[{at}]", **texts}, {"o": f"{dst}[{at}]"}, "o[j_]", code,
             shape[-1], dace.float32)
 
 
