@@ -18,7 +18,8 @@
    lookups call them tens of thousands of times on a real model) walk the
    node dict in a Python generator: 7 % of building a ViT-tiny export. A list
    of the dict's keys and a position per node answer in O(1), kept per graph
-   until its next ``add_node``/``remove_node`` (DaCe nodes hash and compare by
+   until its next ``add_node``/``remove_node`` or until its node dict is replaced
+   (DaCe nodes hash and compare by
    identity, so the node itself is found, as the walk found it). Rebuilding
    the list per question was still 15 s of a ViT-tiny build (79,000 questions
    on states of thousands of nodes).
@@ -82,19 +83,21 @@ def has_cycles(self) -> bool:
     return False
 
 
-# graph id -> (weak reference to the graph, its nodes in order, node -> position);
-# dropped by every add_node and remove_node of that graph (the only writers of a
-# graph's node order in DaCe 1.0.2), so an entry always matches the graph it names.
+# graph id -> (weak reference to the graph, its nodes in order, node -> position, the
+# node dict they were read from); dropped by every add_node and remove_node of that
+# graph (the only writers of a graph's node order in DaCe 1.0.2) and stale once the
+# node dict is replaced (a session's working graph installs a step's node dict
+# whole), so an entry always matches the graph it names.
 _POSITIONS = {}
 
 
 def _positions(graph):
     held = _POSITIONS.get(id(graph))
-    if held is None or held[0]() is not graph:
+    if held is None or held[0]() is not graph or held[3] is not graph._nodes:
         order = list(graph._nodes)
         key = id(graph)
         held = (weakref.ref(graph, lambda _, key=key: _POSITIONS.pop(key, None)), order,
-                {n: i for i, n in enumerate(order)})
+                {n: i for i, n in enumerate(order)}, graph._nodes)
         _POSITIONS[key] = held
     return held
 

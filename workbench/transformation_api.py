@@ -253,11 +253,12 @@ def register_check(check: Callable) -> None:
 
 
 def apply_match(t: Transformation, sdfg: dace.SDFG, match: Match, weights: dict = None,
-                original: dace.SDFG = None) -> None:
+                original: dace.SDFG = None, checks: bool = True) -> None:
     """``t.apply``, handing ``weights`` (changed in place) only to a transformation
     that needs them; a result that breaks a registered rule that ``original`` (the
     SDFG before the step, when given) kept is a TransformationError (``sdfg`` is then
-    half-changed: callers apply to a copy)."""
+    half-changed: callers apply to a copy). ``checks=False`` leaves the rules to the
+    caller (a step applied to its region is checked on the whole graph it joins)."""
     if not t.needs_weights:
         t.apply(sdfg, match)
     elif weights is None:
@@ -265,17 +266,29 @@ def apply_match(t: Transformation, sdfg: dace.SDFG, match: Match, weights: dict 
                                   f"Session (ws.apply)")
     else:
         t.apply(sdfg, match, weights)
+    if not checks:
+        return
     for check in _CHECKS:
         broken = check(sdfg)
         if broken and original is not None:
             before = set(check(original))
             broken = [line for line in broken if line not in before]
         if broken:
-            raise TransformationError(
-                f"{t.name} on {match.description or match.nodes} refused: {broken[0]}"
-                f"{f' (and {len(broken) - 1} more)' if len(broken) > 1 else ''}; "
-                f"the result would read a value after its buffer is reused. "
-                f"The session is unchanged.")
+            raise refused(t, match, broken)
+
+
+def registered_checks() -> tuple:
+    """The rules every step's result must keep (``register_check``)."""
+    return tuple(_CHECKS)
+
+
+def refused(t: Transformation, match: Match, broken: list) -> TransformationError:
+    """The error for a step whose result breaks the rules ``broken`` names."""
+    return TransformationError(
+        f"{t.name} on {match.description or match.nodes} refused: {broken[0]}"
+        f"{f' (and {len(broken) - 1} more)' if len(broken) > 1 else ''}; "
+        f"the result would read a value after its buffer is reused. "
+        f"The session is unchanged.")
 
 
 def apply_to_copy(sdfg: dace.SDFG, match: Match, weights: dict = None) -> dace.SDFG:

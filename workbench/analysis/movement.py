@@ -187,3 +187,27 @@ def _top_level_owners(state, names) -> dict:
                 outer = scopes[outer]
         owners[node] = operator_name(outer, names)
     return owners
+
+
+def with_region_change(whole: DataMovement, region_before: DataMovement,
+                       region_after: DataMovement, compulsory: int) -> DataMovement:
+    """``whole`` after a step that changed only a region measured before and after.
+
+    Exact: every figure is a sum over edges and nodes, and those outside the
+    region are unchanged (``workbench.analysis.prediction``). Operators whose
+    traffic falls to zero are left out, as an operator that moves nothing is."""
+    per_op = dict(whole.per_operator)
+    for name, moved in region_before.per_operator.items():
+        per_op[name] = per_op.get(name, 0) - moved
+    for name, moved in region_after.per_operator.items():
+        per_op[name] = per_op.get(name, 0) + moved
+    per_op = {name: moved for name, moved in per_op.items() if moved}
+    return DataMovement(int(sum(per_op.values())), compulsory, per_op)
+
+
+def same_figure(a: DataMovement, b: DataMovement) -> bool:
+    """Equal totals and per-operator bytes (an operator at zero counts as absent)."""
+    def nonzero(m):
+        return {k: v for k, v in m.per_operator.items() if v}
+    return (a.moved_bytes, a.compulsory_bytes, nonzero(a)) == \
+        (b.moved_bytes, b.compulsory_bytes, nonzero(b))

@@ -64,6 +64,13 @@ class StateIndex:
             if edge.data.data is not None:
                 self.users.setdefault(edge.data.data, set()).update((edge.src, edge.dst))
 
+    def edge_order(self) -> dict:
+        """Edge -> its position in the state (a node's in and out edges keep this order,
+        which operators with several inputs read, e.g. a fused chain's operand order)."""
+        if not hasattr(self, "_edge_order"):
+            self._edge_order = {e: i for i, e in enumerate(self.state.edges())}
+        return self._edge_order
+
     def neighbours(self, unit) -> set:
         out = set()
         for node in self.members[unit]:
@@ -78,12 +85,13 @@ class StateIndex:
         return isinstance(unit, nodes.AccessNode) and not isinstance(
             self.sdfg.arrays[unit.data], dace.data.View)
 
-    def region(self, seeds):
-        """(nodes of the region, its boundary access nodes), or None when too large."""
+    def region(self, seeds, share: float = MAX_REGION_SHARE):
+        """(nodes of the region, its boundary access nodes), or None when it is over
+        ``share`` of the state's nodes."""
         seed_units = {self.unit[s] for s in seeds}
         complete = set(seed_units)   # units that keep every edge
         todo, units = list(seed_units), set(seed_units)
-        limit = MAX_REGION_SHARE * len(self.order)
+        limit = share * len(self.order)
         while todo:
             unit = todo.pop()
             for other in self.neighbours(unit):
@@ -129,7 +137,7 @@ def local_delta(sdfg: dace.SDFG, index: StateIndex, transformation, match, weigh
     if found is None:
         return None
     region, boundary = found
-    before, ids = _sub_sdfg(sdfg, index, region)
+    before, ids, _ = region_sdfg(sdfg, index, region)
     trial = copy.deepcopy(before)
     trial_state = trial.nodes()[0]
     moved = dict(zip(ids, trial_state.nodes()))   # full-graph node -> its copy in trial
@@ -153,13 +161,15 @@ def local_delta(sdfg: dace.SDFG, index: StateIndex, transformation, match, weigh
     return after - data_movement(before, names, scratch=True).moved_bytes
 
 
-def _sub_sdfg(sdfg, index, region):
+def region_sdfg(sdfg, index, region):
     """A one-state SDFG holding copies of ``region`` (in the state's order, so
-    identities count alike) and of the arrays it uses; returns it and the
-    full-graph nodes in the order of its state's nodes."""
+    identities count alike) and of the arrays it uses; returns it, the
+    full-graph nodes in the order of its state's nodes and the full-graph
+    edges in the order of its state's edges."""
     state = index.state
     ordered = sorted(region, key=index.order.__getitem__)
-    edges = [e for n in ordered for e in state.out_edges(n) if e.dst in region]
+    edges = sorted((e for n in ordered for e in state.out_edges(n) if e.dst in region),
+                   key=index.edge_order().__getitem__)
     memo = {}
     copies = copy.deepcopy(ordered, memo)
     memlets = copy.deepcopy([e.data for e in edges], memo)
@@ -179,7 +189,7 @@ def _sub_sdfg(sdfg, index, region):
         new_state.add_edge(copy_of[edge.src], edge.src_conn, copy_of[edge.dst], edge.dst_conn,
                            memlet)
     sub.reset_cfg_list()
-    return sub, ordered
+    return sub, ordered, edges
 
 
 def _desc_json(desc) -> str:

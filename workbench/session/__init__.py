@@ -1,25 +1,25 @@
 """A Session owns one model's SDFG and everything built from it."""
-import copy
-import json
+import logging
 import threading
-import time
 import uuid
 
-import dace
-
 from workbench import analysis
-from workbench.errors import CheckFailed, TransformationError
+from workbench.errors import CheckFailed
 from workbench.session.history import History, Step
 from workbench.progress import SILENT
 from workbench.session.builds import SessionBuilds
 from workbench.session.files import SessionFiles
 from workbench.session.runs import SessionRuns, holding_lock
+from workbench.session.stepping import SessionSteps
+
+log = logging.getLogger(__name__)
 
 
-class Session(SessionBuilds, SessionRuns, SessionFiles):
+class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
     """One imported model: ``.sdfg``, ``build``, ``run``, ``verify``, ``summary``;
-    transformations with history; compiled programs are kept by ``SessionBuilds``,
-    running them is ``SessionRuns``, files it writes come from ``SessionFiles``."""
+    transformations with history (taking steps and moving through them is
+    ``SessionSteps``); compiled programs are kept by ``SessionBuilds``, running
+    them is ``SessionRuns``, files it writes come from ``SessionFiles``."""
 
     def __init__(self, imported, progress=SILENT, build_slot: str = None):
         """``build_slot`` names the build folder; sessions used one after another
@@ -32,8 +32,8 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
         # every step taken and the current one (workbench.session.history)
         self.timeline = History(Step(None, weights=self.model.weights, sdfg=self.sdfg))
         self._operator_names = {}
-        self._movement = None   # (the SDFG, its data movement): see data_movement
-        self._found_in = None   # (the SDFG, the weights, {transformation: matches}): _found
+        self._movement = None   # (_figure_key(), its data movement): see data_movement
+        self._found_in = None   # (_figure_key(), {transformation: matches}): _found
         # FLOPs are the model's, whatever the schedule: counted once, at import.
         imported = analysis.onnx_nodes(imported.sdfg)
         self._imported_ops = {n.onnx_name: n.op_type for n, _ in imported}
@@ -61,14 +61,18 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
     def data_movement(self, sdfg=None):
         """Bytes moved, compulsory bytes and their ratio, per ONNX operator too.
 
-        The figure of the session's own SDFG is kept until the SDFG is replaced
-        (every step and every goto replaces it; nothing here changes it in place),
-        so an apply, and a prediction per listed match, analyse only the new graph."""
+        The figure of the session's own SDFG is kept per step (a spliced step's is
+        the step before's plus its region's change, ``workbench.session.stepping``),
+        so an apply, and a prediction per listed match, analyse only what changed."""
         from workbench.analysis.movement import data_movement
         if sdfg is not None and sdfg is not self.sdfg:
             return data_movement(sdfg, self.operator_names())
-        if self._movement is None or self._movement[0] is not self.sdfg:
-            self._movement = (self.sdfg, data_movement(self.sdfg, self.operator_names()))
+        key = self._figure_key()
+        if self._movement is None or any(a is not b for a, b in zip(self._movement[0], key)):
+            moved = data_movement(self.sdfg, self.operator_names())
+            self._movement = (key, moved)
+            if self.timeline.current.holds_now() and self.timeline.current.sdfg is self.sdfg:
+                self.timeline.current.movement = moved
         return self._movement[1]
 
     def operator_names(self) -> dict:
@@ -97,7 +101,9 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
                 continue
             try:
                 found = self._found(t)
-            except Exception:  # a broken plug-in must not hide the others
+            except Exception as e:  # a broken plug-in must not hide the others
+                log.warning("%s: finding matches failed, left out of the list: %s: %s",
+                            t.name, type(e).__name__, e)
                 continue
             for m in found:
                 if wanted is None or wanted & set(m.nodes):
@@ -105,9 +111,9 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
         return matches
 
     def _found(self, t) -> list:
-        """``t``'s matches in the current SDFG, found once per step: a step's SDFG and
-        weights are never changed in place (workbench.session.history, rule 2), so a selection's
-        list is the whole graph's, filtered."""
+        """``t``'s matches in the current SDFG, found once per step: what a step holds
+        is never changed (workbench.session.history, rule 2), so a selection's list is
+        the whole graph's, filtered."""
         from workbench import transformation_api as transform
         cache = self._this_step()
         if t not in cache:
@@ -116,57 +122,16 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
 
     def _this_step(self) -> dict:
         """What was found or predicted on the current SDFG and weights."""
-        if self._found_in is None or self._found_in[0] is not self.sdfg \
-                or self._found_in[1] is not self.model.weights:
-            self._found_in = (self.sdfg, self.model.weights, {})
-        return self._found_in[2]
+        key = self._figure_key()
+        if self._found_in is None or any(a is not b for a, b in zip(self._found_in[0], key)):
+            self._found_in = (key, {})
+        return self._found_in[1]
 
     # Verify every step after it is applied, in the background: the result lands in
     # the step's history entry as "verified" (see workbench.session.step_checks). While a check
     # generates code it holds ``lock``, which apply, run, verify and profile take too.
     verify_steps = False
     step_checks = None   # schedules a check: f(session, step); None: one background thread
-
-    @holding_lock
-    def apply(self, match, verify: bool = False):
-        """Apply one match; on any failure the SDFG stays exactly as it was.
-
-        ``verify`` builds and verifies the new step before returning and records
-        ``entry["verified"] = {"match", "max_abs_err", "output"}`` (with "error" when
-        its program did not build or crashed); see also ``verify_steps``."""
-        from workbench import transformation_api as transform
-        t = transform.get(match.transformation)
-        before = self.data_movement().moved_bytes
-        trial = copy.deepcopy(self.sdfg)
-        # A transformation that changes weights works on a copy of the dict.
-        weights = dict(self.model.weights) if t.needs_weights else self.model.weights
-        try:
-            transform.apply_match(t, trial, match, weights, original=self.sdfg)
-            trial.validate()
-            moved = self.data_movement(trial)  # measured before anything changes
-            after = moved.moved_bytes
-        except TransformationError:
-            raise
-        except Exception as e:
-            raise TransformationError(
-                f"{match.transformation} failed on {match.description or match.nodes}: "
-                f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
-                f". The session is unchanged.") from e
-        self.sdfg = trial
-        self._movement = (trial, moved)
-        self.model.weights = weights
-        entry = {"transformation": match.transformation, "level": t.level, **match.to_json(),
-                 "bytes_before": before, "bytes_after": after, "time": time.time()}
-        self.timeline.push(Step(entry, weights=self.model.weights, sdfg=trial, movement=moved))
-        self._autosave()
-        if verify:
-            self._record_verification(self.timeline.current)
-        elif self.verify_steps:
-            if self.step_checks is None:
-                from workbench.session.step_checks import BackgroundChecks
-                self.step_checks = BackgroundChecks()
-            self.step_checks(self, self.timeline.current)
-        return entry
 
     def check_step(self, position: int = None) -> dict:
         """Build and verify the program of step ``position`` (default: the current one)
@@ -192,42 +157,6 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
             verified = step_checks.failed(e)
         step_checks.record(self, step, verified)
         return verified
-
-    # -- history -------------------------------------------------------------
-    @property
-    def history(self) -> list:
-        """The applied steps, oldest first (undone steps are not included)."""
-        return self.timeline.applied()
-
-    @property
-    def position(self) -> int:
-        """Index of the current step (0: as imported)."""
-        return self.timeline.position
-
-    @property
-    def steps(self) -> list:
-        """Every step entry including undone ones that ``redo`` can bring back."""
-        return self.timeline.entries()
-
-    def undo(self) -> bool:
-        """Go back one step; False when already at the import."""
-        return self.position > 0 and self.goto(self.position - 1)
-
-    def redo(self) -> bool:
-        return self.position < len(self.timeline) - 1 and self.goto(self.position + 1)
-
-    def goto(self, step: int) -> bool:
-        """Restore the SDFG (and weights) exactly as they were after ``step``."""
-        target = self.timeline.move(step)
-        if target.sdfg is None:   # dropped from the live steps (workbench.session.history, rule 1)
-            target.sdfg = dace.SDFG.from_json(json.loads(target.sdfg_json))
-            self.timeline.hold(target)
-        self.sdfg = target.sdfg
-        if target.movement is not None:
-            self._movement = (target.sdfg, target.movement)
-        self.model.weights = target.weights
-        self._autosave()
-        return True
 
     def optimize(self, recipe):
         """Apply a recipe (name, path or steps). Returns the history entries added (a
@@ -272,14 +201,12 @@ class Session(SessionBuilds, SessionRuns, SessionFiles):
 
     def _predict_local(self, match):
         from workbench import transformation_api as transform
-        from workbench.analysis.prediction import StateIndex, local_delta
+        from workbench.analysis.prediction import local_delta
         if self.sdfg.number_of_nodes() != 1:
             return None
+        index = self._state_index()
         known = self._this_step()
-        if "state index" not in known:   # and the names, walked once per step, not per match
-            known["state index"] = StateIndex(self.sdfg, self.sdfg.nodes()[0])
-            known["operator names"] = dict(self.operator_names())
-        return local_delta(self.sdfg, known["state index"], transform.get(match.transformation),
+        return local_delta(self.sdfg, index, transform.get(match.transformation),
                            match, self.model.weights, known["operator names"],
                            transform.apply_match)
 

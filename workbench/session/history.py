@@ -6,15 +6,24 @@ the methods here. It knows nothing of sessions, folders or builds.
 
 Rules:
 1. Step 0 is the import; each applied transformation adds one. A step keeps
-   the SDFG it produced, exactly: the SDFG object itself while it is among
-   the last ``LIVE`` steps visited, and its JSON always once it is not (deepcopy
-   would renew memlet GUIDs; a JSON round trip is exact). Going back to a
-   step with its object costs nothing; to one without, one JSON read.
-2. A step's SDFG object is never changed after the step is recorded: every
-   step applies to a copy, and builds, analyses and predictions work on
-   copies. (Changing ``ws.sdfg`` in place is not a step and is not recorded.)
-   So its JSON can be written late, when the object is dropped or the
-   session folder asks for it, and still be exact.
+   the SDFG it produced, exactly, in one of two ways:
+   - spliced (``shape`` set): the step was applied in place to the part of
+     the graph it touches (``workbench.session.working_graph``); it shares
+     its *host* SDFG object with the steps before and after it and keeps the
+     ``Shape`` (node, edge and array lists) that makes the host hold it.
+     Going to it installs that Shape: a pass over the lists, whatever the
+     distance;
+   - whole (``shape`` None): its own SDFG object, made by applying to a copy
+     of the whole graph, kept while it is among the last ``LIVE`` steps
+     visited, and its JSON once it is not (deepcopy would renew memlet GUIDs;
+     a JSON round trip is exact). A whole step whose object later hosts
+     spliced steps gets its Shape before the first splice.
+2. What a step holds is never changed after the step is recorded: a splice
+   puts new objects in the live graph and changes none it replaces; whole
+   steps apply to a copy; builds, analyses and predictions work on copies.
+   (Changing ``ws.sdfg`` in place is not a step and is not recorded.) So a
+   step's JSON can be written late, when the session folder asks for it, and
+   still be exact.
 3. A step's weights are replaced, never mutated: consecutive steps share
    one dict until a step changes the weights.
 4. A step is found by identity, never by equality: two steps can hold the
@@ -24,6 +33,7 @@ import json
 import re
 
 from workbench.errors import BadInputError
+from workbench.session import working_graph
 
 # SDFG objects kept (the steps visited last): undo, redo and a nearby goto cost nothing.
 # A full-size ViT-tiny SDFG is tens of MB; older steps keep their JSON only.
@@ -42,7 +52,7 @@ class Step:
     """One step: what was applied, the SDFG after it, the weights after it."""
 
     def __init__(self, entry, sdfg_json: str = None, weights: dict = None, saved: bool = False,
-                 signature: str = None, sdfg=None, movement=None):
+                 signature: str = None, sdfg=None, movement=None, shape=None):
         if sdfg_json is None and sdfg is None:
             raise ValueError("a step needs its SDFG or its JSON")
         self.entry = entry          # what was applied (None for the import)
@@ -50,19 +60,36 @@ class Step:
         self.weights = weights      # the weights after the step (replaced, never mutated)
         self.saved = saved          # written to the session folder
         self.signature = signature  # this user's signature of sdfg_json (workbench.session.signing)
-        self.sdfg = sdfg            # the SDFG object (rule 2), None once dropped
+        self.sdfg = sdfg            # the SDFG object or host (rule 1), None once dropped
         self.movement = movement    # its data movement, when known
+        self.shape = shape          # what makes the host hold this step (rule 1)
 
     @property
     def sdfg_json(self) -> str:
         """The SDFG after the step as canonical JSON (written on first use, rule 2)."""
         if self._json is None:
-            self._json = canonical_json(self.sdfg, guids=True)
+            self._json = canonical_json(self.readable(), guids=True)
         return self._json
 
+    def holds_now(self) -> bool:
+        """Whether ``sdfg`` shows this step as it is now (its host may hold another)."""
+        return self.sdfg is not None and (
+            self.shape is None or working_graph.installed(self.sdfg) is self.shape)
+
+    def readable(self):
+        """An SDFG showing this step, only to be read at once: the object itself when it
+        holds the step now, else an independent copy (a host holding another step)."""
+        if self.holds_now():
+            return self.sdfg
+        if self.sdfg is None:
+            import dace
+            return dace.SDFG.from_json(json.loads(self._json))
+        return working_graph.copy_of(self.sdfg, self.shape)
+
     def drop_object(self) -> None:
-        """Keep only the JSON (written now if it was not yet)."""
-        if self.sdfg is not None:
+        """Keep only the JSON (written now if it was not yet); a spliced step keeps its
+        host and Shape (a few lists), which other steps share."""
+        if self.sdfg is not None and self.shape is None:
             self.sdfg_json  # noqa: B018 (written before the object goes)
             self.sdfg, self.movement = None, None
 

@@ -1,0 +1,203 @@
+"""Taking a step and moving through the history: ``apply``, ``undo``, ``redo``, ``goto``.
+
+A mixin of ``Session``. A step that stays inside its region is spliced into
+the live SDFG (``workbench.session.working_graph``): its region is copied,
+changed, validated and measured, and the whole graph is not copied, validated
+or measured again (the new data-movement figure is the old one plus the
+region's change). Any other step (several states, a match naming a state or
+a node inside a nested SDFG, a result that reaches outside its region) is
+applied to a copy of the whole graph, validated and measured whole, as
+before. Either way a step that fails leaves the session exactly as it was.
+
+``Session.full_checks`` (on when the environment sets WORKBENCH_FULL_CHECKS=1)
+validates the whole SDFG after every step and compares the incremental
+figure with a full analysis; a difference raises ``IncrementalCheckError``.
+Inside ``Session.batch()`` (recipes and replays) steps are not autosaved,
+verified in the background, or validated whole one by one: the recipe
+runner validates and measures once at the end.
+"""
+import contextlib
+import copy
+import json
+import os
+import time
+
+import dace
+
+from workbench.errors import TransformationError, WorkbenchError
+from workbench.session import working_graph
+from workbench.session.history import Step
+from workbench.session.runs import holding_lock
+
+
+class IncrementalCheckError(WorkbenchError):
+    """A step's incrementally kept figure or validity differs from the whole graph's
+    (a bug in the working graph, found by ``full_checks``)."""
+
+
+class SessionSteps:
+    full_checks = os.environ.get("WORKBENCH_FULL_CHECKS", "") not in ("", "0")
+    _batch = False
+
+    @holding_lock
+    def apply(self, match, verify: bool = False):
+        """Apply one match; on any failure the SDFG stays exactly as it was.
+
+        ``verify`` builds and verifies the new step before returning and records
+        ``entry["verified"] = {"match", "max_abs_err", "output"}`` (with "error" when
+        its program did not build or crashed); see also ``verify_steps``."""
+        from workbench import transformation_api as transform
+        t = transform.get(match.transformation)
+        before = self.data_movement()
+        try:
+            done = self._apply_spliced(t, match, before) or self._apply_whole(t, match)
+        except TransformationError:
+            raise
+        except Exception as e:
+            text = str(e).strip()
+            raise TransformationError(
+                f"{match.transformation} failed on {match.description or match.nodes}: "
+                f"{type(e).__name__}: {text.splitlines()[0][:300] if text else ''}"
+                f". The session is unchanged.") from e
+        sdfg, shape, weights, moved = done
+        self.sdfg, self.model.weights = sdfg, weights
+        entry = {"transformation": match.transformation, "level": t.level, **match.to_json(),
+                 "bytes_before": before.moved_bytes, "bytes_after": moved.moved_bytes,
+                 "time": time.time()}
+        self.timeline.push(Step(entry, weights=weights, sdfg=sdfg, movement=moved, shape=shape))
+        self._movement = (self._figure_key(), moved)
+        if self.full_checks:
+            self.check_whole()
+        if self._batch:
+            return entry
+        self._autosave()
+        if verify:
+            self._record_verification(self.timeline.current)
+        elif self.verify_steps:
+            if self.step_checks is None:
+                from workbench.session.step_checks import BackgroundChecks
+                self.step_checks = BackgroundChecks()
+            self.step_checks(self, self.timeline.current)
+        return entry
+
+    def _apply_spliced(self, t, match, before):
+        """(sdfg, shape, weights, figure) of ``match`` spliced into the live SDFG, or None
+        when it cannot be (nothing changed then)."""
+        from workbench.analysis.movement import compulsory_bytes, with_region_change
+        current = self.timeline.current
+        if current.sdfg is not self.sdfg or not working_graph.splice_able(self.sdfg):
+            return None
+        index = self._state_index()
+        if current.shape is None:   # a whole step's object becomes a host (history rule 1)
+            current.shape = working_graph.capture(self.sdfg)
+        spliced = working_graph.splice(self.sdfg, index, t, match,
+                                       self.model.weights if t.needs_weights else None,
+                                       self.operator_names())
+        if spliced is None:
+            return None
+        weights = self.model.weights if spliced.weights is None else spliced.weights
+        moved = with_region_change(before, spliced.region_before, spliced.region_after,
+                                   compulsory_bytes(self.sdfg))
+        return self.sdfg, spliced.after, weights, moved
+
+    def _apply_whole(self, t, match):
+        from workbench import transformation_api as transform
+        trial = copy.deepcopy(self.sdfg)
+        # A transformation that changes weights works on a copy of the dict.
+        weights = dict(self.model.weights) if t.needs_weights else self.model.weights
+        transform.apply_match(t, trial, match, weights, original=self.sdfg)
+        if not self._batch:
+            trial.validate()
+        return trial, None, weights, self.data_movement(trial)
+
+    def check_whole(self) -> None:
+        """Validate the whole SDFG and compare the kept figure with a full analysis
+        (what ``full_checks`` runs after every step)."""
+        from workbench.analysis.movement import data_movement, same_figure
+        try:
+            self.sdfg.validate()
+        except Exception as e:
+            raise IncrementalCheckError(
+                f"step {self.position} ({self._step_text()}) left an SDFG that does not "
+                f"validate: {type(e).__name__}: {str(e).splitlines()[0][:300]}") from e
+        kept = self.data_movement()
+        full = data_movement(self.sdfg, self.operator_names())
+        if not same_figure(kept, full):
+            raise IncrementalCheckError(
+                f"step {self.position} ({self._step_text()}): the kept data-movement figure "
+                f"({kept.moved_bytes} B) differs from a full analysis ({full.moved_bytes} B)")
+
+    @contextlib.contextmanager
+    def batch(self):
+        """Steps inside are recorded without autosave, background checks or whole
+        validation; the caller validates and measures once after (recipe runs)."""
+        if self._batch:
+            yield
+            return
+        self._batch = True
+        try:
+            yield
+        finally:
+            self._batch = False
+
+    # -- history -------------------------------------------------------------
+    @property
+    def history(self) -> list:
+        """The applied steps, oldest first (undone steps are not included)."""
+        return self.timeline.applied()
+
+    @property
+    def position(self) -> int:
+        """Index of the current step (0: as imported)."""
+        return self.timeline.position
+
+    @property
+    def steps(self) -> list:
+        """Every step entry including undone ones that ``redo`` can bring back."""
+        return self.timeline.entries()
+
+    def undo(self) -> bool:
+        """Go back one step; False when already at the import."""
+        return self.position > 0 and self.goto(self.position - 1)
+
+    def redo(self) -> bool:
+        return self.position < len(self.timeline) - 1 and self.goto(self.position + 1)
+
+    @holding_lock
+    def goto(self, step: int) -> bool:
+        """Restore the SDFG (and weights) exactly as they were after ``step``."""
+        target = self.timeline.move(step)
+        if target.sdfg is None:   # dropped from the live steps (history rule 1)
+            target.sdfg = dace.SDFG.from_json(json.loads(target.sdfg_json))
+            self.timeline.hold(target)
+        if target.shape is not None:
+            working_graph.install(target.sdfg, target.shape)
+        self.sdfg = target.sdfg
+        if target.movement is not None:
+            self._movement = (self._figure_key(), target.movement)
+        self.model.weights = target.weights
+        if not self._batch:
+            self._autosave()
+        return True
+
+    def sdfg_at(self, position: int):
+        """The SDFG of step ``position``, to be read only: the live one for the current
+        step, an independent copy for another held by the live host."""
+        step = self.timeline[position]
+        if position == self.position and step.sdfg is self.sdfg:
+            return self.sdfg
+        return step.readable()
+
+    def _figure_key(self) -> tuple:
+        """What a figure or a match list of the live SDFG is valid for: the object and
+        the Shape installed on it (a host holds one step at a time)."""
+        return self.sdfg, working_graph.installed(self.sdfg), self.model.weights
+
+    def _state_index(self):
+        """The region index of the live SDFG's one state, built once per step."""
+        from workbench.analysis.prediction import StateIndex
+        known = self._this_step()
+        if "state index" not in known:   # and the names, walked once per step, not per match
+            known["state index"] = StateIndex(self.sdfg, self.sdfg.nodes()[0])
+            known["operator names"] = dict(self.operator_names())
+        return known["state index"]
