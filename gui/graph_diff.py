@@ -189,14 +189,9 @@ def diff(before: dict, after: dict, bytes_before: dict = None, bytes_after: dict
 
 
 def step_sdfg(ws, position: int):
-    """The SDFG after step ``position``, read without moving the session there (a step's
-    SDFG is never changed once recorded: ``workbench.session.history``, rule 2)."""
-    import json
-
-    import dace
-    step = ws.timeline[position]
-    sdfg = step.sdfg
-    return sdfg if sdfg is not None else dace.SDFG.from_json(json.loads(step.sdfg_json))
+    """The SDFG after step ``position``, to be read at once, without moving the session
+    there (``Session.sdfg_at``: a copy when the live graph holds another step)."""
+    return ws.sdfg_at(position)
 
 
 def step_profile(ws, position: int):
@@ -217,8 +212,7 @@ def compare_steps(ws, a: int, b: int):
     for position in (a, b):
         sdfg = step_sdfg(ws, position)
         step = ws.timeline[position]
-        movement = step.movement if step.sdfg is sdfg and step.movement is not None \
-            else ws.data_movement(sdfg)
+        movement = step.movement if step.movement is not None else ws.data_movement(sdfg)
         prof = step_profile(ws, position)
         sdfgs.append(sdfg)
         descs.append(describe(sdfg, names))

@@ -169,8 +169,9 @@ def test_undo_and_redo_to_built_states_compile_nothing():
 
 
 def test_data_movement_is_analysed_once_per_sdfg(monkeypatch):
-    """An apply analyses only the new graph; predictions do not re-analyse the current one;
-    undo and redo replace the SDFG, so the figure is computed for the restored one."""
+    """An apply analyses only the step's region (before and after, on small copies), never
+    the whole graph again; predictions do not re-analyse the current one; undo and redo
+    hand back each step's own figure without analysing anything."""
     from workbench.analysis import movement
     ws = workbench.open("mlp")
     calls = []
@@ -183,26 +184,36 @@ def test_data_movement_is_analysed_once_per_sdfg(monkeypatch):
     assert len(calls) == 1 + sum(m.delta_bytes is not None for m in matches)
     assert all(sdfg is not ws.sdfg for sdfg in calls[1:])
     calls.clear()
-    chosen = next(m for m in matches if m.delta_bytes)
+    chosen = next(m for m in matches if m.delta_bytes and m.transformation == "GemmEpilogueFusion")
     entry = ws.apply(chosen)
-    assert len(calls) == 1 and calls[0] is ws.sdfg       # the trial, which became the SDFG
+    assert ws.timeline.current.shape is not None        # spliced into the live graph
+    whole = ws.sdfg.nodes()[0].number_of_nodes()
+    assert len(calls) == 2 and all(sdfg is not ws.sdfg for sdfg in calls)  # the region, twice
+    assert all(sdfg.nodes()[0].number_of_nodes() < whole for sdfg in calls)
     # the prediction (memlets propagated in the throwaway trial) is what the apply measured
     assert entry["bytes_after"] - entry["bytes_before"] == chosen.delta_bytes
-    assert ws.data_movement().moved_bytes == entry["bytes_after"] and len(calls) == 1
+    assert ws.data_movement().moved_bytes == entry["bytes_after"] and len(calls) == 2
+    # the kept figure is the whole graph's, operator by operator
+    assert movement.same_figure(ws.data_movement(), real(ws.sdfg, ws.operator_names()))
+    calls.clear()
     ws.undo()
-    assert ws.data_movement().moved_bytes == entry["bytes_before"] and len(calls) == 2
+    assert ws.data_movement() is imported and not calls
+    ws.redo()
+    assert ws.data_movement().moved_bytes == entry["bytes_after"] and not calls
 
 
-def test_steps_beyond_the_live_ones_come_back_exactly_from_their_json(mlp):
-    """Undo and redo hand back the step's own SDFG object; a step whose object was
-    dropped (more than history.LIVE steps visited since) is read back from its JSON."""
+def test_steps_come_back_exactly_however_far(mlp):
+    """Spliced steps share one SDFG object and come back exactly by their Shape, however
+    many steps lie between; a step applied to a whole copy keeps its own object, and
+    one whose object was dropped (more than history.LIVE visited since) is read back
+    from its JSON."""
     from workbench.session import history
     j0 = exact(mlp)
     imported = mlp.sdfg
     mlp.apply(first(mlp, "ExpandToMaps"))
-    after_one = mlp.sdfg
+    assert mlp.sdfg is imported and mlp.timeline.current.shape is not None
     j1 = exact(mlp)
-    assert mlp.undo() and mlp.sdfg is imported and mlp.redo() and mlp.sdfg is after_one
+    assert mlp.undo() and exact(mlp) == j0 and mlp.redo() and exact(mlp) == j1
     applied, refused = 1, set()
     while applied <= history.LIVE:
         match = next(m for m in mlp.transformations(predict=False)
@@ -212,11 +223,43 @@ def test_steps_beyond_the_live_ones_come_back_exactly_from_their_json(mlp):
             applied += 1
         except TransformationError:
             refused.add(match.where)
-    assert mlp.timeline[0].sdfg is None and mlp.timeline[1].sdfg is None   # dropped
+    last = exact(mlp)
     mlp.goto(0)
     assert exact(mlp) == j0
     mlp.goto(1)
-    assert exact(mlp) == j1 and mlp.timeline[1].sdfg is mlp.sdfg
+    assert exact(mlp) == j1
+    mlp.goto(applied)
+    assert exact(mlp) == last
+    whole = [s for s in mlp.timeline.steps[1:] if s.shape is None]
+    assert all(s.sdfg is not imported for s in whole)   # a whole step has its own object
+
+
+def test_whole_steps_beyond_the_live_ones_come_back_from_their_json(monkeypatch):
+    """Where steps cannot be spliced (a program of several states) every step is applied
+    to a whole copy: older step objects are dropped to JSON and read back exactly."""
+    from workbench.session import history, working_graph
+    monkeypatch.setattr(working_graph, "splice_able", lambda sdfg: False)
+    ws = workbench.open("mlp")
+    jsons = [exact(ws)]
+    refused = set()
+    while len(jsons) <= history.LIVE + 1:
+        match = next((m for m in ws.transformations(predict=False)
+                      if m.transformation != "ChooseImplementation" and m.where not in refused),
+                     None)
+        if match is None:
+            break
+        try:
+            ws.apply(match)
+            jsons.append(exact(ws))
+        except TransformationError:
+            refused.add(match.where)
+    assert all(s.shape is None for s in ws.timeline.steps)
+    assert len(jsons) > history.LIVE + 1, "not enough steps to drop one"
+    assert ws.timeline[0].sdfg is None and ws.timeline[1].sdfg is None   # dropped
+    ws.goto(0)
+    assert exact(ws) == jsons[0]
+    ws.goto(1)
+    assert exact(ws) == jsons[1] and ws.timeline[1].sdfg is ws.sdfg
 
 
 def test_matches_and_predictions_are_found_once_per_step(monkeypatch):

@@ -11,6 +11,13 @@ Two ways to run a list of steps, for two purposes:
    the steps were recorded on this very model, so the first one that fails
    stops the replay and the session goes back to where it was.
 
+Both apply their steps in one pass (``ws.batch()``): each step is recorded
+in the history (undoable one by one), but nothing is autosaved, checked in
+the background or validated whole per step; the whole SDFG is validated and
+measured once at the end (``_finish``). Should that validation fail, the
+first failing step is found by going through the steps (a goto installs a
+step's Shape, no replay) and the session ends before it, the step reported.
+
 Both refuse, before changing anything, what cannot be the user's intent:
 a transformation name that does not exist, and a step naming a node or
 array that the model never had (a recipe or script recorded on another
@@ -66,23 +73,32 @@ def run_recipe(ws, recipe) -> RecipeResult:
     _check_names(steps, f"recipe '{data.get('name', 'steps')}'")
     start = ws.position
     result = RecipeResult()
-    for number, step in enumerate(steps, 1):
-        name = step["transformation"]
-        if step.get("all"):
-            _apply_all(ws, number, name, step.get("limit", ALL_LIMIT), result)
-            continue
-        match = Match.from_json(step)
-        try:
-            result.append(ws.apply(match))
-        except TransformationError as e:
-            if not result.skipped and not _model_has(ws, match):
-                _rewind(ws, start)
-                raise BadInputError(
-                    f"recipe '{data.get('name', 'steps')}' step {number} ({name}) names "
-                    f"{', '.join(_missing(ws, match))}, which model '{ws.name}' does not have: "
-                    f"the recipe was recorded on another model. The session is unchanged.") \
-                    from None
-            result.skipped.append(SkippedStep(number, name, _where(match), _reason(e)))
+    with ws.batch():
+        for number, step in enumerate(steps, 1):
+            name = step["transformation"]
+            if step.get("all"):
+                _apply_all(ws, number, name, step.get("limit", ALL_LIMIT), result)
+                continue
+            match = Match.from_json(step)
+            try:
+                result.append(ws.apply(match))
+            except TransformationError as e:
+                if not result.skipped and not _model_has(ws, match):
+                    _rewind(ws, start)
+                    raise BadInputError(
+                        f"recipe '{data.get('name', 'steps')}' step {number} ({name}) names "
+                        f"{', '.join(_missing(ws, match))}, which model '{ws.name}' does not "
+                        f"have: the recipe was recorded on another model. The session is "
+                        f"unchanged.") from None
+                result.skipped.append(SkippedStep(number, name, _where(match), _reason(e)))
+    bad = _finish(ws, start)
+    if bad is not None:
+        position, entry, reason = bad
+        kept = position - 1 - start
+        result.skipped.append(SkippedStep(0, entry["transformation"], _where(
+            Match.from_json(entry)), f"the program after it does not validate ({reason}); the "
+            f"session ends before it ({len(result) - kept - 1} later step(s) dropped)"))
+        del result[kept:]
     return result
 
 
@@ -102,18 +118,70 @@ def replay(ws, matches, fingerprint: str = None) -> list:
             + ". Open the model the steps were recorded on. The session is unchanged.")
     start = ws.position
     added = []
-    for number, match in enumerate(matches, 1):
-        try:
-            added.append(ws.apply(match))
-        except TransformationError as e:
-            missing = _missing(ws, match)  # before rewinding: earlier steps make new nodes
-            _rewind(ws, start)
-            error = BadInputError if missing else TransformationError
-            why = (f"names {', '.join(missing)}, which '{ws.name}' does not have"
-                   if missing else _reason(e))
-            raise error(f"replay step {number} ({match.transformation} on {_where(match)}): "
-                        f"{why}. The session is back where it was before the replay.") from None
+    with ws.batch():
+        for number, match in enumerate(matches, 1):
+            try:
+                added.append(ws.apply(match))
+            except TransformationError as e:
+                missing = _missing(ws, match)  # before rewinding: earlier steps make new nodes
+                _rewind(ws, start)
+                error = BadInputError if missing else TransformationError
+                why = (f"names {', '.join(missing)}, which '{ws.name}' does not have"
+                       if missing else _reason(e))
+                raise error(f"replay step {number} ({match.transformation} on "
+                            f"{_where(match)}): {why}. The session is back where it was "
+                            f"before the replay.") from None
+    bad = _finish(ws, start)
+    if bad is not None:
+        position, entry, reason = bad
+        _rewind(ws, start)
+        raise TransformationError(
+            f"replay step {position - start} ({entry['transformation']})"
+            f" leaves a program that does not validate: {reason}. The session is back where "
+            f"it was before the replay.")
     return added
+
+
+def _finish(ws, start: int):
+    """After a batch of steps from ``start``: validate and measure the whole program
+    once, save and check the last step. Returns None, or (the position and entry
+    of the first step whose program does not validate, why) with the session moved
+    to the step before it and the later steps dropped."""
+    import logging
+    from workbench.analysis.movement import data_movement, same_figure
+    if ws.position == start:
+        return None
+    why = _invalid(ws.sdfg)
+    if why is not None:
+        end = ws.position
+        first = next(p for p in range(start + 1, end + 1)
+                     if ws.goto(p) and _invalid(ws.sdfg) is not None)
+        why, entry = _invalid(ws.sdfg), ws.timeline[first].entry
+        ws.goto(first - 1)
+        ws.timeline.drop_after(first - 1)
+        ws._autosave()
+        return first, entry, why
+    kept = ws.data_movement()
+    full = data_movement(ws.sdfg, ws.operator_names())
+    if not same_figure(kept, full):   # a bug in the working graph: the full figure wins
+        logging.getLogger(__name__).warning(
+            "the kept data-movement figure (%d B) differs from a full analysis (%d B) after "
+            "step %d; using the full one", kept.moved_bytes, full.moved_bytes, ws.position)
+        ws.timeline.current.movement = full
+        ws._movement = (ws._figure_key(), full)
+    ws._autosave()
+    ws.after_step()
+    return None
+
+
+def _invalid(sdfg):
+    """Why ``sdfg`` does not validate (None when it does)."""
+    try:
+        sdfg.validate()
+    except Exception as e:  # noqa: BLE001 (any failure of validation is the finding)
+        text = str(e).strip()
+        return f"{type(e).__name__}: {text.splitlines()[0][:200] if text else ''}"
+    return None
 
 
 def model_fingerprint(ws) -> str:

@@ -12,9 +12,10 @@ before. Either way a step that fails leaves the session exactly as it was.
 ``Session.full_checks`` (on when the environment sets WORKBENCH_FULL_CHECKS=1)
 validates the whole SDFG after every step and compares the incremental
 figure with a full analysis; a difference raises ``IncrementalCheckError``.
-Inside ``Session.batch()`` (recipes and replays) steps are not autosaved,
-verified in the background, or validated whole one by one: the recipe
-runner validates and measures once at the end.
+Inside ``Session.batch()`` (recipes and replays) steps are not autosaved or
+verified in the background one by one, and spliced steps are validated on
+their region only: the recipe runner validates and measures the whole
+program once at the end.
 """
 import contextlib
 import copy
@@ -73,12 +74,17 @@ class SessionSteps:
         self._autosave()
         if verify:
             self._record_verification(self.timeline.current)
-        elif self.verify_steps:
+        else:
+            self.after_step()
+        return entry
+
+    def after_step(self) -> None:
+        """Schedule the background check of the current step (``verify_steps``)."""
+        if self.verify_steps:
             if self.step_checks is None:
                 from workbench.session.step_checks import BackgroundChecks
                 self.step_checks = BackgroundChecks()
             self.step_checks(self, self.timeline.current)
-        return entry
 
     def _apply_spliced(self, t, match, before):
         """(sdfg, shape, weights, figure) of ``match`` spliced into the live SDFG, or None
@@ -106,8 +112,9 @@ class SessionSteps:
         # A transformation that changes weights works on a copy of the dict.
         weights = dict(self.model.weights) if t.needs_weights else self.model.weights
         transform.apply_match(t, trial, match, weights, original=self.sdfg)
-        if not self._batch:
-            trial.validate()
+        # validated here even in a batch: a recipe skips a step that breaks the program
+        # and goes on; the whole copy costs more than the validation anyway
+        trial.validate()
         return trial, None, weights, self.data_movement(trial)
 
     def check_whole(self) -> None:
