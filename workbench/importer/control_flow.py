@@ -34,81 +34,22 @@ into a nested SDFG of its own, placed in the state where it runs. Rules:
 5. The operator transformations see the bodies (``control_flow_sdfg.bodies``):
    each is a program of its own whose non-transient arrays nothing aliases.
 Everything else is refused with an ``UnsupportedCaseError`` naming the node.
-The SDFG each node becomes is built in ``control_flow_sdfg.py``.
+The SDFG each node becomes is built in ``control_flow_sdfg.py``; the walks
+over the ONNX bodies and the inlining of rule 2 are in ``control_flow_graphs.py``.
 """
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from workbench.errors import ShapeError, UnsupportedCaseError
+from workbench.importer.control_flow_graphs import (body_of, inline_branch, is_control_flow,
+                                                    node_attributes, outer_names,
+                                                    passes_condition, refuse)
+# The importer checks bodies through this module (``control_flow.unsupported_in_bodies``).
+from workbench.importer.control_flow_graphs import unsupported_in_bodies  # noqa: F401
 
-CONTROL_FLOW = ("If", "Loop", "Scan")
 # Known outer values up to this many elements are bound inside a body as constants.
 BIND_MAX_ELEMENTS = 4096
-
-
-def is_control_flow(node) -> bool:
-    return node.op_type in CONTROL_FLOW and node.domain in ("", "ai.onnx")
-
-
-def subgraphs(node) -> list:
-    """(attribute name, GraphProto) of a node's body attributes."""
-    out = []
-    for a in node.attribute:
-        if a.type == onnx.AttributeProto.GRAPH:
-            out.append((a.name, a.g))
-        elif a.type == onnx.AttributeProto.GRAPHS:
-            out.extend((a.name, g) for g in a.graphs)
-    return out
-
-
-def outer_names(graph) -> list:
-    """Names ``graph`` (with its own nested bodies) reads but does not define, in order."""
-    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    out = []
-
-    def need(name):
-        if name and name not in defined and name not in out:
-            out.append(name)
-
-    for node in graph.node:
-        for name in node.input:
-            need(name)
-        for _, sub in subgraphs(node):
-            for name in outer_names(sub):
-                need(name)
-        defined.update(o for o in node.output if o)
-    for o in graph.output:
-        need(o.name)
-    return out
-
-
-def unsupported_in_bodies(node, is_supported) -> dict:
-    """op type -> node names inside ``node``'s bodies (recursively) that are unsupported."""
-    missing = {}
-    for _, g in subgraphs(node):
-        for i, sub in enumerate(g.node):
-            if is_control_flow(sub):
-                for k, v in unsupported_in_bodies(sub, is_supported).items():
-                    missing.setdefault(k, []).extend(v)
-            elif not is_supported(sub.op_type, sub.domain):
-                key = (sub.op_type if sub.domain in ("", "ai.onnx")
-                       else f"{sub.domain}::{sub.op_type}")
-                missing.setdefault(key, []).append(sub.name or f"{g.name}#{i}")
-    return missing
-
-
-def _fail(node, why) -> UnsupportedCaseError:
-    return UnsupportedCaseError(node.name or node.op_type, node.op_type, why)
-
-
-def _attrs(node) -> dict:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute
-            if a.type not in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)}
-
-
-def _body(node, name):
-    return next(g for n, g in subgraphs(node) if n == name)
 
 
 # ---------------------------------------------------------------- bodies as models
@@ -192,7 +133,7 @@ def pin_control_flow_shapes(model, known: dict, fold: bool):
         ins = [types.get(n, (0, None)) if n else (0, None) for n in node.input]
         plan = plan_for(node, ins, types, values, opsets, model.ir_version, fold)
         if node.op_type == "If" and plan is not None and len(plan.branches) == 1:
-            _inline_branch(model, index, node, _body(node, next(iter(plan.branches))))
+            inline_branch(model, index, node, body_of(node, next(iter(plan.branches))))
             return infer_shapes(model, known), 1
         if all(o and types.get(o, (0, None))[1] is not None for o in node.output if o):
             continue
@@ -214,46 +155,6 @@ def pin_control_flow_shapes(model, known: dict, fold: bool):
     model.graph.value_info.extend(helper.make_tensor_value_info(n, e, list(s))
                                   for n, (e, s) in pinned.items())
     return infer_shapes(model, known), len(pinned) or 1
-
-
-def _inline_branch(model, index: int, node, branch) -> None:
-    """Rule 2: replace If node ``index`` by the nodes of its taken ``branch`` (names the
-    branch defines that the model already uses get new ones), each output through an
-    Identity so the If's output names stay."""
-    graph = model.graph
-    used = {t.name for t in graph.initializer} | {i.name for i in graph.input}
-    for n in graph.node:
-        used.update(n.input)
-        used.update(n.output)
-    rename = {}
-    for name in [t.name for t in branch.initializer] + [o for n in branch.node for o in n.output]:
-        if name and name in used:
-            new, k = f"{name}__then", 1
-            while new in used:
-                new, k = f"{name}__then{k}", k + 1
-            rename[name] = new
-        used.add(rename.get(name, name))
-    nodes = []
-    for n in branch.node:
-        copy = onnx.NodeProto()
-        copy.CopyFrom(n)
-        copy.input[:] = [rename.get(i, i) for i in n.input]
-        copy.output[:] = [rename.get(o, o) for o in n.output]
-        if copy.name:
-            copy.name = f"{node.name}/{copy.name}" if node.name else copy.name
-        nodes.append(copy)
-    for out, inner in zip(node.output, branch.output):
-        if out:
-            nodes.append(helper.make_node("Identity", [rename.get(inner.name, inner.name)], [out],
-                                          name=f"{node.name or 'If'}/{out}"))
-    for t in branch.initializer:
-        copy = onnx.TensorProto()
-        copy.CopyFrom(t)
-        copy.name = rename.get(t.name, t.name)
-        graph.initializer.append(copy)
-    rest = list(graph.node)
-    del graph.node[:]
-    graph.node.extend(rest[:index] + nodes + rest[index + 1:])
 
 
 def known_values(model, known) -> dict:
@@ -299,7 +200,7 @@ class IfPlan:
         self.branches, errors = {}, {}
         for which in ("then_branch", "else_branch"):
             try:
-                self.branches[which] = Body(_body(node, which), [], types, values, opsets, ir,
+                self.branches[which] = Body(body_of(node, which), [], types, values, opsets, ir,
                                             fold)
             except (ShapeError, UnsupportedCaseError) as e:
                 errors[which] = e
@@ -314,13 +215,13 @@ class IfPlan:
         elif not agree:
             if errors:
                 raise next(iter(errors.values()))
-            raise _fail(node, f"its branches give outputs of different or unknown shapes "
-                              f"(then {_text(shapes['then_branch'])}, else "
-                              f"{_text(shapes['else_branch'])}) and the condition is known only "
-                              f"at run time, so the output shapes depend on data")
+            raise refuse(node, f"its branches give outputs of different or unknown shapes "
+                               f"(then {_text(shapes['then_branch'])}, else "
+                               f"{_text(shapes['else_branch'])}) and the condition is known only "
+                               f"at run time, so the output shapes depend on data")
         self.outputs = next(iter(shapes[w] for w in self.branches))
         if any(s is None for _, s in self.outputs):
-            raise _fail(node, f"a branch output has no static shape ({_text(self.outputs)})")
+            raise refuse(node, f"a branch output has no static shape ({_text(self.outputs)})")
 
 
 def _text(types) -> str:
@@ -330,7 +231,7 @@ def _text(types) -> str:
 class LoopPlan:
     def __init__(self, node, ins, types, values, opsets, ir, fold):
         self.node = node
-        body = _body(node, "body")
+        body = body_of(node, "body")
         m_name = node.input[0] if len(node.input) > 0 else ""
         c_name = node.input[1] if len(node.input) > 1 else ""
         carried = [_static(t) for t in ins[2:]]
@@ -345,54 +246,33 @@ class LoopPlan:
         outs = self.body.output_types()
         for k, (t, vi) in enumerate(zip(outs[1:1 + n], body.output[1:1 + n])):
             if t[1] is None or tuple(t[1]) != tuple(carried[k][1]):
-                raise _fail(node, f"loop-carried value '{vi.name}' changes shape from "
-                                  f"{list(carried[k][1])} to {'?' if t[1] is None else list(t[1])}"
-                                  f" across iterations; only shape-invariant loops have static "
-                                  f"shapes")
+                raise refuse(node, f"loop-carried value '{vi.name}' changes shape from "
+                                   f"{list(carried[k][1])} to {'?' if t[1] is None else list(t[1])}"
+                                   f" across iterations; only shape-invariant loops have static "
+                                   f"shapes")
         scans = outs[1 + n:]
         # rule 3: the trip count of a loop with scan outputs must be known at import
-        self.passes_cond = _passes_condition(body, self.body)
+        self.passes_cond = passes_condition(body, self.body)
         self.cond_known_true = cond0 is not None and bool(np.asarray(cond0).ravel()[0])
         if scans and (self.trips is None or not self.passes_cond
                       or not self.cond_known_true):
             why = ("the trip count M is not known at import" if self.trips is None else
                    "the body's condition can end the loop early")
-            raise _fail(node, f"it has scan outputs, whose length is the number of iterations, "
-                              f"and {why}: their shape depends on data")
+            raise refuse(node, f"it has scan outputs, whose length is the number of iterations, "
+                               f"and {why}: their shape depends on data")
         if m_name == "" and c_name == "":
-            raise _fail(node, "neither a trip count nor a condition: the loop never ends")
+            raise refuse(node, "neither a trip count nor a condition: the loop never ends")
         self.trips = max(self.trips, 0) if self.trips is not None else None
         if any(s is None for _, s in scans):
-            raise _fail(node, f"a scan output has no static shape ({_text(scans)})")
+            raise refuse(node, f"a scan output has no static shape ({_text(scans)})")
         self.outputs = [carried[k] for k in range(n)] + [
             (e, (self.trips,) + tuple(s)) for e, s in scans]
-
-
-def _passes_condition(graph, body) -> bool:
-    """Whether the body's condition output is its condition input (directly, through
-    Identity nodes) or a constant true: then only M ends the loop."""
-    name = graph.output[0].name
-    cond_in = graph.input[1].name
-    producers = {o: n for n in graph.node for o in n.output}
-    constants = {t.name: t for t in body.model.graph.initializer}
-    while True:
-        value = body.known.get(name, body.bound.get(name))
-        if value is None and name in constants:
-            value = numpy_helper.to_array(constants[name])
-        if value is not None:
-            return value.size == 1 and bool(value.ravel()[0])
-        if name == cond_in:
-            return True
-        node = producers.get(name)
-        if node is None or node.op_type != "Identity":
-            return False
-        name = node.input[0]
 
 
 class ScanPlan:
     def __init__(self, node, ins, types, values, opsets, ir, fold):
         self.node = node
-        a = _attrs(node)
+        a = node_attributes(node)
         m = int(a["num_scan_inputs"])
         # opset 8: a batch axis 0 everywhere, the scan axis 1, sequence_lens first
         self.batch = None
@@ -409,18 +289,18 @@ class ScanPlan:
         self.in_dirs = list(a.get("scan_input_directions", [0] * m))
         lengths = {s[ax] for (_, s), ax in zip(scans, self.in_axes)}
         if len(lengths) != 1:
-            raise _fail(node, f"scan inputs of different lengths {sorted(lengths)}")
+            raise refuse(node, f"scan inputs of different lengths {sorted(lengths)}")
         self.length = lengths.pop()
         slices = [(e, tuple(d for i, d in enumerate(s) if i != ax))
                   for (e, s), ax in zip(scans, self.in_axes)]
-        self.body = Body(_body(node, "body"), states + slices, types, values, opsets, ir, fold)
+        self.body = Body(body_of(node, "body"), states + slices, types, values, opsets, ir, fold)
         outs = self.body.output_types()
         for k in range(n):
             if outs[k][1] is None or tuple(outs[k][1]) != tuple(states[k][1]):
-                raise _fail(node, f"state {k} changes shape across iterations")
+                raise refuse(node, f"state {k} changes shape across iterations")
         per_step = outs[n:]
         if any(s is None for _, s in per_step):
-            raise _fail(node, f"a scan output has no static shape ({_text(per_step)})")
+            raise refuse(node, f"a scan output has no static shape ({_text(per_step)})")
         k_out = len(per_step)
         self.out_axes = [ax % (len(s) + 1) for ax, (_, s) in
                          zip(a.get("scan_output_axes", [0] * k_out), per_step)]
@@ -437,14 +317,14 @@ class ScanPlan:
         rest = [_static(t) for t in ins[1:]]
         batches = {s[0] if s else None for _, s in rest}
         if len(batches) != 1 or None in batches:
-            raise _fail(node, f"inputs with different batch sizes {sorted(map(str, batches))}")
+            raise refuse(node, f"inputs with different batch sizes {sorted(map(str, batches))}")
         self.batch = batches.pop()
         lengths = {s[1] for _, s in rest[len(rest) - m:] if len(s) > 1}
         if node.input[0]:
             lens = values.get(node.input[0])
             if lens is None or len(lengths) != 1 or np.any(np.asarray(lens) != min(lengths)):
-                raise _fail(node, "sequence_lens shorter than the scan inputs, or known only "
-                                  "at run time, is not supported")
+                raise refuse(node, "sequence_lens shorter than the scan inputs, or known only "
+                                   "at run time, is not supported")
 
 
 def _opset(opsets) -> int:

@@ -182,7 +182,7 @@ def gemm_plan(view_of: dict, a: str, b: str, y: str):
 
 
 _BLAS_TYPES = {dace.float32: ("s", "float"), dace.float64: ("d", "double")}
-_ENVIRONMENTS = {"OpenBLAS": "OpenBLAS", "MKL": "IntelMKL"}  # CPU CBLAS libraries
+BLAS_ENVIRONMENTS = {"OpenBLAS": "OpenBLAS", "MKL": "IntelMKL"}  # CPU CBLAS libraries
 
 
 @implements(OP_TYPE, impl="blas", internal=True)
@@ -204,7 +204,7 @@ def matmul_strided_blas(call):
     # cuBLAS (a GPU build) would need device pointers and its own strided call:
     # the map implementation runs there instead.
     if (plan is None or dtype not in _BLAS_TYPES or 0 in batch + (M, N, K)
-            or impl not in _ENVIRONMENTS):
+            or impl not in BLAS_ENVIRONMENTS):
         return matmul_strided(call)
     sdfg, state = op_sdfg(call, "matmul_strided_blas")
     if call.input(2):
@@ -218,7 +218,7 @@ def matmul_strided_blas(call):
     code = _gemm_code(plan, v, conns, y, batch, dtype, call.attr("alpha", 1.0),
                       1.0 if call.input(2) else 0.0)
     library_tasklet(sdfg, state, "gemm", {conn: arr for arr, conn in conns.items()}, ("_y", y),
-                    code, _environment(impl))
+                    code, blas_environment(impl))
     return sdfg
 
 
@@ -237,6 +237,7 @@ def _gemm_code(plan, view_of, conns, y, batch, dtype, alpha, beta) -> str:
     return "\n".join(lines + [call] + ["}"] * len(loops))
 
 
-def _environment(impl: str):
+def blas_environment(impl: str):
+    """The DaCe environment that links CBLAS library ``impl`` (a key of BLAS_ENVIRONMENTS)."""
     from dace.libraries.blas import environments
-    return getattr(environments, _ENVIRONMENTS[impl])
+    return getattr(environments, BLAS_ENVIRONMENTS[impl])
