@@ -12,57 +12,30 @@ predictions for the CPU. Lanes still decide what waits for what and which
 results are stale; the lock only keeps two of them off the Session at once.
 It is also the Session's own lock (``ws.lock``).
 
-Every applied step is verified in the background (``gui.check_lane``).
+Where transformations are listed and which rows are predicted first is
+``workbench.session.listing``; build, verify and profile are
+``gui.program_runs``. Every applied step is verified in the background
+(``gui.check_lane``).
 Programs run in a worker process (``workbench.runtime.isolated``): a crash is a
 ``ProgramCrashed`` shown as "Program crashed", and the session lives on.
 """
+import logging
 import threading
-import time
 
 from PyQt5.QtCore import QObject, pyqtSignal
 
-from gui import sessions, timing_check
+from gui import sessions
 from gui.profile_names import as_shown
 from gui.check_lane import CheckLane
+from gui.program_runs import ProgramRuns
 from gui.qtapp import settle_long_lived_objects
 from gui.worker import QtProgress, Runner
 from workbench.runtime.threads import DEFAULT_THREADS
-from workbench.session.replica import Replica, ReplicaFailed
+from workbench.session import listing
+from workbench.session.listing import REPLICA_MIN_NODES, predict_all  # noqa: F401 (tests)
+from workbench.session.replica import Replica
 
-REPLICA_MIN_NODES = 400
-
-
-def predict_all(ws, matches, job, lock, wanted=lambda: (), every_s: float = 0.5) -> list:
-    """Each match with ``delta_bytes``: bytes moved after applying it to a copy, minus now.
-
-    The same measurement as ``Session.transformations(predict=True)``
-    (``Session.predict``), one match at a time so the list fills in and a
-    superseded job stops early. ``wanted()`` (read before each prediction)
-    names the matches to do first: the rows on screen. The list goes to the
-    window every ``every_s`` and as soon as no wanted row is left waiting. A
-    match that does not apply to a copy keeps no prediction.
-    """
-    out = list(matches)
-    pending = {id(m): i for i, m in enumerate(matches)}
-    nxt, last, waited = 0, time.monotonic(), False
-    while pending:
-        if job.cancelled:
-            return out
-        first = [pending[id(m)] for m in wanted() if id(m) in pending]
-        if first:
-            i = first[0]
-        else:
-            while id(matches[nxt]) not in pending:
-                nxt += 1
-            i = nxt
-        del pending[id(matches[i])]
-        with lock:
-            out[i] = ws.predict(matches[i])
-        waited = waited or len(first) > 0
-        if time.monotonic() - last > every_s or (waited and len(first) == 1):
-            job.report(list(out))
-            last, waited = time.monotonic(), False
-    return out
+log = logging.getLogger(__name__)
 
 
 def describe_error(error: BaseException) -> str:
@@ -75,7 +48,7 @@ def describe_error(error: BaseException) -> str:
             f"this is a workbench bug, please report it.")
 
 
-class Controller(QObject):
+class Controller(ProgramRuns, QObject):
     opened = pyqtSignal()               # a new session (or none)
     changed = pyqtSignal()              # the SDFG or the history changed
     selectionChanged = pyqtSignal()     # selection (identities) or focus changed
@@ -110,10 +83,8 @@ class Controller(QObject):
         self.last_conditions = None     # gui.timing_check.TimingConditions of last_profile
         self.matches_state = "done"     # listing | predicting | done
         self.on_screen = ()             # the match rows the user sees: predicted first
-        # Graphs this large are listed and predicted in a worker process (see
-        # workbench.session.replica): ViT-tiny's 1,397 nodes took 20-40 s of pure Python
-        # that stalled the window; a bundled block lists in a second, less than the
-        # worker takes to start. None: never.
+        # where the listing runs (workbench.session.listing, rule 1); None: never in
+        # the worker process
         self.replica_min_nodes = REPLICA_MIN_NODES
         self.replica = Replica()
         self.verify_steps = True        # check each applied step in the background
@@ -172,8 +143,8 @@ class Controller(QObject):
         if self.ws is not None and self.ws is not ws:
             try:
                 self.ws.close()   # unload the old session's compiled library
-            except Exception:
-                pass
+            except Exception as e:   # the new session opens all the same
+                log.warning("closing the previous session %s failed: %s", self.ws.name, e)
             sessions.discard_if_empty(self.ws.folder)
         self.ws = ws
         ws.progress = self.progress
@@ -218,26 +189,13 @@ class Controller(QObject):
             self.matchesReady.emit([], True)
             return
 
-        replica = self._replica_request(ws)
+        request = self._replica_request(ws)
 
         def work(job):
-            from workbench import transformation_api as transform
-            if replica is not None:
-                try:
-                    return self.replica.listing(*replica, nodes, lambda: job.cancelled,
-                                                lambda: self.on_screen, job.report)
-                except ReplicaFailed as e:   # listed here instead, as for a small graph
-                    self.status.emit(f"Listing in the window's process ({e})")
-            matches = []
-            # one transformation at a time: on a large graph a listing takes minutes,
-            # and a build, an apply or a newer listing must not wait for all of it
-            for t in transform.all_transformations():
-                if job.cancelled:
-                    return matches
-                with self.lock:
-                    matches += ws.transformations(nodes=nodes, predict=False, names=[t.name])
-            job.report(matches)
-            return predict_all(ws, matches, job, self.lock, lambda: self.on_screen)
+            return listing.list_and_predict(
+                ws, nodes, job, self.lock, lambda: self.on_screen, request=request,
+                replica=self.replica,
+                on_fallback=lambda e: self.status.emit(f"Listing in the window's process ({e})"))
 
         def listed(matches):
             self.matches_state = "predicting"
@@ -251,15 +209,9 @@ class Controller(QObject):
                            on_partial=listed)
 
     def _replica_request(self, ws):
-        """(spec, state) for the listing worker (``workbench.session.replica``) when the
-        graph has ``replica_min_nodes`` nodes or more, else None. Read here, on the UI
-        thread: the step must be the one on screen, not one a later apply makes."""
-        from workbench.session import replica
-        if self.replica_min_nodes is None or \
-                sum(st.number_of_nodes() for st in ws.sdfg.states()) < self.replica_min_nodes:
-            return None
-        spec = replica.spec(ws)
-        return None if spec is None else (spec, replica.state(ws))
+        """``listing.worker_request`` with this window's ``replica_min_nodes``. Read here, on
+        the UI thread: the step must be the one on screen, not one a later apply makes."""
+        return listing.worker_request(ws, self.replica_min_nodes)
 
     def request_analysis(self) -> None:
         """Data movement and the operator-class table of the current step."""
@@ -267,16 +219,10 @@ class Controller(QObject):
         if ws is None:
             return
         runtime = dict(prof.per_operator) if prof is not None else None
-        replica = self._replica_request(ws)
+        request = self._replica_request(ws)
 
         def work(job):
-            if replica is not None:
-                try:
-                    return self.replica.analysis(*replica, runtime)
-                except ReplicaFailed:   # measured here instead
-                    pass
-            with self.lock:
-                return ws.data_movement(), ws.class_table(runtime=runtime)
+            return listing.analyse(ws, runtime, self.lock, request=request, replica=self.replica)
 
         def done(result):
             self.analysis = result
@@ -330,57 +276,8 @@ class Controller(QObject):
         if self.runner.current("session") is not None and self.runner.pending("session"):
             self.status.emit(f"{title}: queued behind {self.runner.current('session').title}")
 
-    # -- build, verify, profile -------------------------------------------------
-    def verify(self, on_done=None) -> None:
-        self._measure(profile=False, on_done=on_done)
-
-    def profile(self, on_done=None) -> None:
-        self._measure(profile=True, on_done=on_done)
-
-    def build(self, on_done=None) -> None:
-        if self.ws is None:
-            return
-        ws = self.ws
-
-        def work(job):
-            return self._with_sources(ws, ws.build()), None, None
-        self._session_job("Building", work, lambda r: self.record(r, on_done),
-                          cancellable=True, error_title="Build failed")
-
-    def build_failed(self, error) -> None:
-        """Tell the views a build failed (the code panel shows where)."""
-        from workbench.errors import BuildError
-        if isinstance(error, BuildError):
-            self.buildFailed.emit(error)
-
-    def _measure(self, profile: bool, on_done=None):
-        if self.ws is None:
-            return
-        ws, repeat, warmup = self.ws, self.profile_repeat, self.profile_warmup
-        threads = self.profile_threads
-
-        def work(job):
-            build = self._with_sources(ws, ws.build())
-            report = ws.verify()
-            if not profile:
-                return build, report, None
-            # the load just around the timed runs: a busy machine makes them too long
-            conditions = timing_check.TimingConditions(threads, timing_check.cores(),
-                                                       timing_check.load_average())
-            prof = ws.profile(repeat=repeat, warmup=warmup, threads=threads)
-            conditions.load_after = timing_check.load_average()
-            return build, report, prof, conditions
-        self._session_job("Profiling" if profile else "Verifying", work,
-                          lambda r: self.record(r, on_done), cancellable=True,
-                          error_title="Build failed")
-
     def _submit_check(self, ws, step) -> None:
         self.checks.submit(ws, step)
-
-    @staticmethod
-    def _with_sources(ws, build):
-        from gui.code_panel import attach_source_map
-        return attach_source_map(ws, build)
 
     def save_session(self, folder=None, on_done=None) -> None:
         """Save now into ``folder`` (default: where the session autosaves) and autosave
@@ -421,23 +318,6 @@ class Controller(QObject):
                 ws.save(ws.folder)
         else:
             sessions.discard_if_empty(ws.folder)
-
-    def record(self, result, on_done=None):
-        """Take (build, report, profile[, timing conditions]) results; any may be None."""
-        build, report, prof = result[:3]
-        if build is not None:
-            self.last_build = build
-            self.built.emit(build)
-        if report is not None:
-            self.reports[self.step_key()] = report
-            self.verified.emit(report)
-        if prof is not None:
-            self.last_profile = as_shown(self.ws, prof)   # kernels named after the nodes
-            self.last_conditions = result[3] if len(result) > 3 else None
-            self.profiled.emit(self.last_profile)
-            self.request_analysis()
-        if on_done:
-            on_done(result)
 
     def shutdown(self, timeout_ms: int = 60000) -> None:
         """Stop background checks and wait for every job (the window closes)."""
