@@ -35,6 +35,11 @@ def kind_and_name(node):
     return type(node).__name__.lower(), getattr(node, "label", "")
 
 
+def identity_prefix(sdfg) -> str:
+    """What every identity of a node of ``sdfg`` starts with (``_prefix``)."""
+    return _prefix(sdfg)
+
+
 def _prefix(sdfg) -> str:
     """Identity path of a nested SDFG (empty for the top level)."""
     parent_node = sdfg.parent_nsdfg_node

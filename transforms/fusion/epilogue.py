@@ -20,7 +20,7 @@ from dace import data as dt
 from dace.sdfg import utils as sdutil
 
 from transforms.fusion import program as prog
-from transforms.graph import readers_elsewhere
+from transforms.graph import readers_elsewhere, state_accesses
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.node import OnnxOp
 
@@ -35,7 +35,7 @@ def epilogue_of(sdfg, state, core):
     consumers = {e.dst for e in state.out_edges(product)}
     if not (desc.transient and state.in_degree(product) == 1 and len(consumers) == 1
             and readers_elsewhere(sdfg, state, product.data) == 0
-            and sum(1 for n in state.data_nodes() if n.data == product.data) == 1):
+            and len(state_accesses(state, product.data)) == 1):
         return None
     (epilogue,) = consumers
     if (not prog.is_elementwise(epilogue) or len(state.out_edges(epilogue)) != 1

@@ -23,7 +23,7 @@ Rules:
 import dace
 
 from transforms.fusion import program as prog
-from transforms.graph import in_array, readers_elsewhere
+from transforms.graph import in_array, readers_elsewhere, state_accesses
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.node import OnnxOp
 from workbench.ops.registry import schema_defaults
@@ -59,7 +59,7 @@ def producer_of(sdfg, state, node):
         return None
     if not (desc.transient and state.in_degree(data) == 1 and state.out_degree(data) == 1
             and readers_elsewhere(sdfg, state, data.data) == 0
-            and sum(1 for n in state.data_nodes() if n.data == data.data) == 1):
+            and len(state_accesses(state, data.data)) == 1):
         return None
     producer = state.in_edges(data)[0].src
     if (not isinstance(producer, OnnxOp) or producer.op_type not in PRODUCERS

@@ -60,13 +60,15 @@ class SessionSteps:
                 f"{match.transformation} failed on {match.description or match.nodes}: "
                 f"{type(e).__name__}: {text.splitlines()[0][:300] if text else ''}"
                 f". The session is unchanged.") from e
-        sdfg, shape, weights, moved = done
+        sdfg, shape, weights, moved, index = done
         self.sdfg, self.model.weights = sdfg, weights
         entry = {"transformation": match.transformation, "level": t.level, **match.to_json(),
                  "bytes_before": before.moved_bytes, "bytes_after": moved.moved_bytes,
                  "time": time.time()}
         self.timeline.push(Step(entry, weights=weights, sdfg=sdfg, movement=moved, shape=shape))
         self._movement = (self._figure_key(), moved)
+        if index is not None:   # the next step's region index, derived from this one's
+            self._this_step()["state index"] = index
         if self.full_checks:
             self.check_whole()
         if self._batch:
@@ -104,7 +106,7 @@ class SessionSteps:
         weights = self.model.weights if spliced.weights is None else spliced.weights
         moved = with_region_change(before, spliced.region_before, spliced.region_after,
                                    compulsory_bytes(self.sdfg))
-        return self.sdfg, spliced.after, weights, moved
+        return self.sdfg, spliced.after, weights, moved, spliced.index
 
     def _apply_whole(self, t, match):
         from workbench import transformation_api as transform
@@ -115,7 +117,7 @@ class SessionSteps:
         # validated here even in a batch: a recipe skips a step that breaks the program
         # and goes on; the whole copy costs more than the validation anyway
         trial.validate()
-        return trial, None, weights, self.data_movement(trial)
+        return trial, None, weights, self.data_movement(trial), None
 
     def check_whole(self) -> None:
         """Validate the whole SDFG and compare the kept figure with a full analysis
@@ -127,6 +129,14 @@ class SessionSteps:
             raise IncrementalCheckError(
                 f"step {self.position} ({self._step_text()}) left an SDFG that does not "
                 f"validate: {type(e).__name__}: {str(e).splitlines()[0][:300]}") from e
+        if "state index" in self._this_step():
+            from workbench.analysis.state_index import StateIndex
+            differs = self._this_step()["state index"].same_as(
+                StateIndex(self.sdfg, self.sdfg.nodes()[0]))
+            if differs:
+                raise IncrementalCheckError(
+                    f"step {self.position} ({self._step_text()}): the kept region index "
+                    f"differs from a fresh one in {', '.join(differs)}")
         kept = self.data_movement()
         full = data_movement(self.sdfg, self.operator_names())
         if not same_figure(kept, full):
@@ -204,7 +214,8 @@ class SessionSteps:
         """The region index of the live SDFG's one state, built once per step."""
         from workbench.analysis.prediction import StateIndex
         known = self._this_step()
-        if "state index" not in known:   # and the names, walked once per step, not per match
+        if "state index" not in known:
             known["state index"] = StateIndex(self.sdfg, self.sdfg.nodes()[0])
+        if "operator names" not in known:   # walked once per step, not per match
             known["operator names"] = dict(self.operator_names())
         return known["state index"]
