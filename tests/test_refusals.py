@@ -41,6 +41,9 @@ EXPECTED = [
     ("mbconv", "ConvAsShiftedGemm", "/conv_pw/Conv", ["kernel of /conv_pw/Conv is 1x1"]),
     ("bert-layer", "WeightPrepack", "/attention/self/Reshape",
      ["'attention_self_key_Add_output_0' is not a constant"]),
+    ("bert-layer", "FoldTransposeIntoMatMul", "/attention/self/query/MatMul",
+     ["A: 'hidden_states' is not written by a Transpose",
+      "Y: 'attention_self_query_MatMul_output_0' is not read by a Transpose"]),
     ("mlp", "ConstantFolding", "/fc1/Gemm", ["'input' is not a constant"]),
     ("resblock", "InPlaceElementwise", "/relu_1/Relu", ["its output 'output' is a graph output"]),
 ]

@@ -239,8 +239,8 @@ def load_plugins() -> None:
     with _LOAD_LOCK:
         if _loaded:
             return   # a plug-in that asks for the registry while it loads gets no recursion
+        _LOADING.set()   # before _loaded: a thread that sees _loaded must see this too
         _loaded = True
-        _LOADING.set()
         try:
             from importlib.metadata import entry_points
             for ep in entry_points(group=ENTRY_POINT_GROUP):

@@ -30,15 +30,17 @@ def refusals(ws, nodes) -> List[Refused]:
     """(transformation, level, node, reason) for the nodes of ``nodes`` (identities, ONNX
     node names or SDFG nodes; None: every node), by level, then in the registry's order."""
     out = []
-    # identities once for all transformations (each would otherwise walk the graph)
-    wanted = None if nodes is None else sorted(nodeid.selection(ws.sdfg, nodes))
-    for level in transform.LEVELS:
-        for t in transform.all_transformations(level):
-            if not transform.explains(t):
-                continue
-            try:
-                found = transform.refusals(t, ws.sdfg, ws.model.weights, wanted)
-            except Exception:  # a broken plug-in must not hide the others (rule 2)
-                continue
-            out += [Refused(t.name, t.level, r.node, r.reason) for r in found]
+    # one identity index for all transformations (each would otherwise build its own:
+    # the graph does not change while they answer)
+    with nodeid.graph_unchanged():
+        wanted = None if nodes is None else sorted(nodeid.selection(ws.sdfg, nodes))
+        for level in transform.LEVELS:
+            for t in transform.all_transformations(level):
+                if not transform.explains(t):
+                    continue
+                try:
+                    found = transform.refusals(t, ws.sdfg, ws.model.weights, wanted)
+                except Exception:  # a broken plug-in must not hide the others (rule 2)
+                    continue
+                out += [Refused(t.name, t.level, r.node, r.reason) for r in found]
     return out
