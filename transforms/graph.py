@@ -6,6 +6,29 @@ from workbench.build.storage import runs_once_per_call
 from workbench.ops.node import OnnxOp
 
 
+def shape_text(shape) -> str:
+    """A shape as people write it in a reason: [1,64,56,56]."""
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def node_text(node) -> str:
+    """An operator as a reason names it: its type and ONNX name ("MatMul /fc1/MatMul")."""
+    if isinstance(node, OnnxOp):
+        return f"{node.op_type} {node.onnx_name}"
+    return nodeid.short(node)
+
+
+def names_text(names, most: int = 3) -> str:
+    """Array names as a reason lists them: 'a', 'b', 'c'... and "is" or "are" after."""
+    names = list(names)
+    listed = ", ".join(repr(n) for n in names[:most]) + ("..." if len(names) > most else "")
+    return f"{listed} {'is' if len(names) == 1 else 'are'}"
+
+
+def readers_text(count: int) -> str:
+    return "nothing" if count == 0 else f"{count} node{'s' if count != 1 else ''}"
+
+
 def onnx_ops(sdfg, op_types=None):
     """(state, node) for OnnxOp nodes of the top-level SDFG, optionally by op type."""
     out = []

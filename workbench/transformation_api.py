@@ -8,6 +8,7 @@ list positions, so a recipe replays on a fresh import of the same model.
 """
 import copy
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
@@ -60,6 +61,21 @@ class Match:
                      d.get("expr_index", 0))
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Why a transformation does not apply to one node, for people: "the Add's other
+    input is read by 2 nodes", "no BLAS library found". A plan (see
+    ``OperatorTransformation``) returns one instead of None; it is false like None,
+    so code that only asks "did it plan?" reads it as no. ``node`` (an identity) and
+    ``transformation`` are filled in by whoever collects it."""
+    reason: str
+    node: str = ""
+    transformation: str = ""
+
+    def __bool__(self) -> bool:
+        return False
+
+
 class Transformation:
     """Base class: subclasses set ``level``, ``name``, ``description``."""
     level: str = ""
@@ -83,6 +99,14 @@ class Transformation:
         """Apply ``match`` to ``sdfg`` in place; raise TransformationError if it no
         longer applies. ``weights`` is given only when ``needs_weights``."""
         raise NotImplementedError
+
+    def refusals(self, sdfg: dace.SDFG, weights: dict = None, nodes: set = None) -> List[Refusal]:
+        """Why it does not apply to the nodes it looked at, each a ``Refusal`` naming its
+        node (only nodes whose identity is in ``nodes``, when given); read only, like
+        ``find``. A node that a match of this transformation touches gets none (one
+        option of a node may be refused while another matches). A transformation that
+        does not say gives none. Called through ``refusals`` below."""
+        return []
 
     def match(self, where: dict, description: str = "", options: dict = None,
               expr_index: int = 0) -> Match:
@@ -175,6 +199,8 @@ _RECIPE_DIRS: List[str] = []   # folders of ``NAME.json`` recipes (see workbench
 # (the bundled library registers buffer_order: no value read after its buffer is reused).
 _CHECKS: List[Callable] = []
 _loaded = False
+_LOAD_LOCK = threading.RLock()   # held while the entry points load (see load_plugins)
+_LOADING = threading.Event()     # set while they do
 
 
 def register(cls):
@@ -202,14 +228,25 @@ def recipe_dirs() -> List[str]:
 
 def load_plugins() -> None:
     """Load every package of the entry-point group, once: the bundled library
-    (``transforms``, named in pyproject.toml) and users' plug-ins alike."""
+    (``transforms``, named in pyproject.toml) and users' plug-ins alike.
+
+    Another thread asking meanwhile waits for the whole registry: the window's
+    listing and its "Not offered" lane may both be first, and the one that came
+    second saw a half-loaded registry (no refusals, or a short list) before."""
     global _loaded
-    if _loaded:
+    if _loaded and not _LOADING.is_set():
         return
-    _loaded = True   # a plug-in that asks for the registry while it loads gets no recursion
-    from importlib.metadata import entry_points
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        ep.load()
+    with _LOAD_LOCK:
+        if _loaded:
+            return   # a plug-in that asks for the registry while it loads gets no recursion
+        _LOADING.set()   # before _loaded: a thread that sees _loaded must see this too
+        _loaded = True
+        try:
+            from importlib.metadata import entry_points
+            for ep in entry_points(group=ENTRY_POINT_GROUP):
+                ep.load()
+        finally:
+            _LOADING.clear()
     if not _REGISTRY:   # not even the bundled library: the install predates its entry point
         _loaded = False
         raise WorkbenchError(f"no transformation library is registered in the entry-point "
@@ -244,6 +281,30 @@ def find_matches(t: Transformation, sdfg: dace.SDFG, weights: dict = None) -> Li
         if not t.needs_weights:
             return t.find(sdfg)
         return [] if weights is None else t.find(sdfg, weights)
+
+
+def explains(t: Transformation) -> bool:
+    """Whether ``t`` says why it does not apply (overrides ``Transformation.refusals``)."""
+    return type(t).refusals is not Transformation.refusals
+
+
+def refusals(t: Transformation, sdfg: dace.SDFG, weights: dict = None,
+             nodes=None) -> List[Refusal]:
+    """``t``'s refusals for the nodes of a selection (identities, ONNX node names or
+    nodes, as ``Session.transformations`` takes them; None: every node), weights
+    handed as ``find_matches`` hands them, each with ``transformation`` set. Read only."""
+    if not explains(t) or (t.needs_weights and weights is None):
+        return []
+    with nodeid.graph_unchanged():
+        wanted = None if nodes is None else nodeid.selection(sdfg, nodes)
+        refused = t.refusals(sdfg, weights if t.needs_weights else None, wanted)
+    out, seen = [], set()
+    for r in refused:
+        if (wanted is not None and r.node not in wanted) or (r.node, r.reason) in seen:
+            continue
+        seen.add((r.node, r.reason))
+        out.append(r if r.transformation else Refusal(r.reason, r.node, t.name))
+    return out
 
 
 def register_check(check: Callable) -> None:

@@ -22,11 +22,11 @@ Rules:
 from dace.sdfg.utils import dfs_topological_sort
 
 from transforms.fusion import program as prog
-from transforms.graph import ident
+from transforms.graph import ident, node_text, shape_text
 from workbench import nodeid
 from workbench.errors import TransformationError
 from workbench.ops.node import OnnxOp
-from workbench.transformation_api import Transformation, register
+from workbench.transformation_api import Refusal, Transformation, register
 
 
 def candidate(sdfg, state, node) -> bool:
@@ -104,6 +104,36 @@ def valid(sdfg, state, members) -> bool:
     return len(reached) == len(members) and convex(state, set(members))
 
 
+def _why_alone(sdfg, state, node) -> str:
+    """Why ``node`` (element-wise) joins no group: the first rule its links break."""
+    if prog.dtype_of(sdfg, state, node) is None:
+        return f"{node.onnx_name}'s tensors are not all float32 or all float64"
+    # (producer, the array between, consumer) around the node, element-wise or not
+    links = [(a.src, e.src, node) for e in state.in_edges(node) for a in state.in_edges(e.src)]
+    links += [(node, e.dst, o.dst) for e in state.out_edges(node) for o in state.out_edges(e.dst)]
+    if not links:
+        return f"{node.onnx_name} reads and writes no other operator's tensors"
+    others = [p if c is node else c for p, _, c in links]
+    fusable = [(p, a, c) for p, a, c in links
+               if all(isinstance(n, OnnxOp) and candidate(sdfg, state, n) for n in (p, c))]
+    if not fusable:
+        names = sorted({node_text(n) for n in others})
+        return (f"no element-wise operator of its dtype reads its output or writes its inputs "
+                f"(next to {', '.join(names[:3])}{'...' if len(names) > 3 else ''})")
+    for p, a, c in fusable:
+        if state.in_degree(a) != 1:
+            return f"'{a.data}' between {p.onnx_name} and {c.onnx_name} is written by " \
+                   f"{state.in_degree(a)} nodes"
+    for p, a, c in fusable:
+        shape = prog.output_shape(sdfg, state, c)
+        if shape != tuple(sdfg.arrays[a.data].shape):
+            return (f"shapes differ: {c.onnx_name} writes {shape_text(shape)} from "
+                    f"'{a.data}' {shape_text(sdfg.arrays[a.data].shape)} (it would recompute "
+                    f"{p.onnx_name} per element)")
+    return (f"fusing {node.onnx_name} with its element-wise neighbours would make a node that "
+            f"depends on itself (a path leaves the group and comes back)")
+
+
 @register
 class ElementwiseChainFusion(Transformation):
     level = "fusion"
@@ -117,6 +147,22 @@ class ElementwiseChainFusion(Transformation):
                 where = {f"op{k}": ident(sdfg, state, n) for k, n in enumerate(members)}
                 matches.append(self.match(where, f"fuse {prog.fused_name(members)} into one map"))
         return matches
+
+    def refusals(self, sdfg, weights=None, nodes=None):
+        """Why an element-wise operator is in no group (rules 1-3); operators that are
+        not element-wise are no candidates and say nothing."""
+        out = []
+        for state in sdfg.states():
+            ops = [n for n in state.nodes() if isinstance(n, OnnxOp) and prog.is_elementwise(n)
+                   and (nodes is None or ident(sdfg, state, n) in nodes)]
+            if not ops:
+                continue
+            grouped = {n for g in groups(sdfg, state) for n in g}
+            for node in ops:
+                if node not in grouped:
+                    out.append(Refusal(_why_alone(sdfg, state, node), ident(sdfg, state, node),
+                                       self.name))
+        return out
 
     def apply(self, sdfg, match):
         owner, state, roles = nodeid.resolve_all(sdfg, match.where_dict())

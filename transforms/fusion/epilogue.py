@@ -20,31 +20,59 @@ from dace import data as dt
 from dace.sdfg import utils as sdutil
 
 from transforms.fusion import program as prog
-from transforms.graph import readers_elsewhere, state_accesses
+from transforms.graph import node_text, readers_elsewhere, readers_text, shape_text, state_accesses
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.node import OnnxOp
+from workbench.transformation_api import Refusal
 
 
 def epilogue_of(sdfg, state, core):
-    """The element-wise operator that can become ``core``'s epilogue (rule 2), or None."""
-    if (len(state.out_edges(core)) != 1 or prog.dtype_of(sdfg, state, core) is None
-            or core.attrs.get("row")):  # a row operator must stay last
-        return None
+    """The element-wise operator that can become ``core``'s epilogue (rule 2), or a
+    ``Refusal`` saying which rule it breaks."""
+    name = core.onnx_name
+    if len(state.out_edges(core)) != 1:
+        return Refusal(f"{name} writes {len(state.out_edges(core))} outputs, not one")
+    if prog.dtype_of(sdfg, state, core) is None:
+        return Refusal(f"{name}'s tensors are not all float32 or all float64")
+    if core.attrs.get("row"):  # a row operator must stay last
+        return Refusal(f"{name} already ends in a row {core.attrs['row'].get('op', 'operator')},"
+                       f" which must stay last")
     product = state.out_edges(core)[0].dst
     desc = sdfg.arrays[product.data]
     consumers = {e.dst for e in state.out_edges(product)}
-    if not (desc.transient and state.in_degree(product) == 1 and len(consumers) == 1
-            and readers_elsewhere(sdfg, state, product.data) == 0
-            and len(state_accesses(state, product.data)) == 1):
-        return None
+    if not desc.transient:
+        return Refusal(f"its output '{product.data}' is a graph output")
+    if state.in_degree(product) != 1:
+        return Refusal(f"its output '{product.data}' is written by "
+                       f"{state.in_degree(product)} nodes")
+    if len(consumers) != 1:
+        return Refusal(f"its output '{product.data}' is read by {readers_text(len(consumers))}"
+                       f", not by one element-wise operator")
+    if readers_elsewhere(sdfg, state, product.data):
+        return Refusal(f"its output '{product.data}' is read in another state too")
+    if len(state_accesses(state, product.data)) != 1:
+        return Refusal(f"its output '{product.data}' is accessed more than once in this state")
     (epilogue,) = consumers
-    if (not prog.is_elementwise(epilogue) or len(state.out_edges(epilogue)) != 1
-            or prog.dtype_of(sdfg, state, epilogue) != desc.dtype
-            or prog.output_shape(sdfg, state, epilogue) != tuple(desc.shape)):
-        return None
+    if not prog.is_elementwise(epilogue):
+        return Refusal(f"its output '{product.data}' is read by {node_text(epilogue)}, "
+                       f"not an element-wise operator")
+    if len(state.out_edges(epilogue)) != 1:
+        return Refusal(f"{node_text(epilogue)} writes {len(state.out_edges(epilogue))} outputs")
+    dtype = prog.dtype_of(sdfg, state, epilogue)
+    if dtype != desc.dtype:
+        return Refusal(f"{node_text(epilogue)} computes in "
+                       f"{'mixed types' if dtype is None else dtype.to_string()}, "
+                       f"'{product.data}' is {desc.dtype.to_string()}")
+    shape = prog.output_shape(sdfg, state, epilogue)
+    if shape != tuple(desc.shape):
+        return Refusal(f"shapes differ: {node_text(epilogue)} writes {shape_text(shape)}, "
+                       f"'{product.data}' is {shape_text(desc.shape)} (it would broadcast "
+                       f"the product)")
     read = {memory_of(sdfg, state, e.src) for n in (core, epilogue) for e in state.in_edges(n)}
-    if memory_of(sdfg, state, state.out_edges(epilogue)[0].dst) in read:  # rule 3
-        return None
+    out = memory_of(sdfg, state, state.out_edges(epilogue)[0].dst)
+    if out in read:  # rule 3
+        return Refusal(f"{node_text(epilogue)} writes '{out}', which the fused node would "
+                       f"still read (in place)")
     return epilogue
 
 

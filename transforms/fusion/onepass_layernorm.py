@@ -14,19 +14,34 @@ Rules:
 3. Applying it selects the ``onepass`` implementation; the optional Mean
    and InvStdDev outputs are still written.
 """
-from transforms.graph import in_array
+import math
+
+from transforms.graph import in_array, shape_text
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.onepass import layernorm_onepass_supported
-from workbench.transformation_api import register
+from workbench.ops.simd import FLOAT_TYPES
+from workbench.transformation_api import Refusal, register
 
 
-def _applies(sdfg, state, node) -> bool:
+def _applies(sdfg, state, node):
+    """True, or a ``Refusal`` naming the rule it breaks."""
     if node.implementation == "onepass":
-        return False
-    shapes = [tuple(sdfg.arrays[in_array(state, node, c).data].shape)
-              for c in node.onnx_inputs if c]
-    x = sdfg.arrays[in_array(state, node, node.onnx_inputs[0]).data]
-    return layernorm_onepass_supported(shapes[0], x.dtype, node.attrs.get("axis", -1), shapes[1:])
+        return Refusal(f"{node.onnx_name} already runs one pass per row")
+    arrays = [in_array(state, node, c).data for c in node.onnx_inputs if c]
+    shapes = [tuple(sdfg.arrays[a].shape) for a in arrays]
+    x = sdfg.arrays[arrays[0]]
+    axis = node.attrs.get("axis", -1)
+    if layernorm_onepass_supported(shapes[0], x.dtype, axis, shapes[1:]):
+        return True
+    if x.dtype not in FLOAT_TYPES:
+        return Refusal(f"'{arrays[0]}' is {x.dtype.to_string()}, not float32/float64")
+    row = shapes[0][axis % len(shapes[0]):]
+    if 0 in shapes[0] or math.prod(row) <= 1:
+        return Refusal(f"rows of '{arrays[0]}' {shape_text(shapes[0])} from axis {axis} have "
+                       f"{math.prod(row)} element(s): nothing to fuse")
+    odd = [f"'{a}' {shape_text(s)}" for a, s in zip(arrays[1:], shapes[1:])]
+    return Refusal(f"scale/bias ({', '.join(odd)}) do not broadcast as a suffix of a row "
+                   f"{shape_text(row)}")
 
 
 @register

@@ -13,18 +13,30 @@ Rules:
 2. Applying it selects the ``onepass`` implementation; the graph is
    otherwise unchanged.
 """
-from transforms.graph import in_array
+from transforms.graph import in_array, shape_text
 from transforms.operator_transformation import OperatorTransformation
-from workbench.ops.onepass import softmax_onepass_supported
+from workbench.ops.onepass import softmax_onepass_supported, softmax_view
+from workbench.ops.simd import FLOAT_TYPES
 from workbench.ops.registry import schema_defaults
-from workbench.transformation_api import register
+from workbench.transformation_api import Refusal, register
 
 
-def _applies(sdfg, state, node) -> bool:
-    desc = sdfg.arrays[in_array(state, node, node.onnx_inputs[0]).data]
+def _applies(sdfg, state, node):
+    """True, or a ``Refusal`` naming the rule (1) it breaks."""
+    data = in_array(state, node, node.onnx_inputs[0])
+    desc = sdfg.arrays[data.data]
     axis = {**schema_defaults(node.op_type, node.opset), **node.attrs}.get("axis", -1)
-    return node.implementation != "onepass" and softmax_onepass_supported(
-        tuple(desc.shape), desc.dtype, axis, node.opset)
+    if node.implementation == "onepass":
+        return Refusal(f"{node.onnx_name} already runs one pass per row")
+    if softmax_onepass_supported(tuple(desc.shape), desc.dtype, axis, node.opset):
+        return True
+    if desc.dtype not in FLOAT_TYPES:
+        return Refusal(f"'{data.data}' is {desc.dtype.to_string()}, not float32/float64")
+    view = softmax_view(tuple(desc.shape), axis, node.opset)
+    if 0 in view:
+        return Refusal(f"'{data.data}' {shape_text(desc.shape)} is empty")
+    return Refusal(f"rows of '{data.data}' {shape_text(desc.shape)} along axis {axis} have "
+                   f"{view[1]} element: nothing to fuse")
 
 
 @register

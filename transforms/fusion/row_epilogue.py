@@ -23,11 +23,12 @@ Rules:
 import dace
 
 from transforms.fusion import program as prog
-from transforms.graph import in_array, readers_elsewhere, state_accesses
+from transforms.graph import (in_array, node_text, readers_elsewhere, readers_text, shape_text,
+                              state_accesses)
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.node import OnnxOp
 from workbench.ops.registry import schema_defaults
-from workbench.transformation_api import register
+from workbench.transformation_api import Refusal, register
 
 ROW_OPS = ("Softmax", "LogSoftmax", "LayerNormalization")
 PRODUCERS = (prog.FUSED, *prog.EPILOGUE_OPS)
@@ -46,25 +47,43 @@ def _row_params(sdfg, state, node, n):
 
 
 def producer_of(sdfg, state, node):
-    """The fused node ``node`` can join (rules 1-3), or None."""
-    if node.op_type not in ROW_OPS or any(node.onnx_outputs[1:]):
-        return None
+    """The fused node ``node`` can join (rules 1-3), or a ``Refusal`` saying why not."""
+    if node.op_type not in ROW_OPS:
+        return Refusal(f"{node.op_type} is not a row operator")
+    if any(node.onnx_outputs[1:]):
+        return Refusal(f"{node.onnx_name} also writes its Mean/InvStdDev outputs")
     data = in_array(state, node, node.onnx_inputs[0])
     desc = sdfg.arrays[data.data]
     shape = tuple(desc.shape)
     axis = {**schema_defaults(node.op_type, node.opset), **node.attrs}.get("axis", -1)
-    if axis % len(shape) != len(shape) - 1 or shape[-1] < 2 or desc.dtype not in prog.FLOAT_TYPES:
-        return None
+    if axis % len(shape) != len(shape) - 1:
+        return Refusal(f"{node.onnx_name} normalizes over axis {axis} of {shape_text(shape)}, "
+                       f"not the last")
+    if shape[-1] < 2:
+        return Refusal(f"rows of '{data.data}' have {shape[-1]} element")
+    if desc.dtype not in prog.FLOAT_TYPES:
+        return Refusal(f"'{data.data}' is {desc.dtype.to_string()}, not float32/float64")
     if node.op_type == "LayerNormalization" and _row_params(sdfg, state, node, shape[-1]) is None:
-        return None
-    if not (desc.transient and state.in_degree(data) == 1 and state.out_degree(data) == 1
-            and readers_elsewhere(sdfg, state, data.data) == 0
-            and len(state_accesses(state, data.data)) == 1):
-        return None
+        return Refusal(f"scale or bias of {node.onnx_name} is not a vector of {shape[-1]} "
+                       f"per-feature values")
+    if not desc.transient:
+        return Refusal(f"its input '{data.data}' is a graph input or output")
+    if state.in_degree(data) != 1:
+        return Refusal(f"its input '{data.data}' is written by {state.in_degree(data)} nodes")
+    if state.out_degree(data) != 1:
+        return Refusal(f"its input '{data.data}' is read by {readers_text(state.out_degree(data))}"
+                       f", not only by {node.onnx_name}")
+    if readers_elsewhere(sdfg, state, data.data) or \
+            len(state_accesses(state, data.data)) != 1:
+        return Refusal(f"its input '{data.data}' is accessed elsewhere too")
     producer = state.in_edges(data)[0].src
-    if (not isinstance(producer, OnnxOp) or producer.op_type not in PRODUCERS
-            or producer.attrs.get("row") or len(state.out_edges(producer)) != 1):
-        return None
+    if not isinstance(producer, OnnxOp) or producer.op_type not in PRODUCERS:
+        return Refusal(f"its input '{data.data}' comes from {node_text(producer)}, not a fused "
+                       f"node (FusedElementwise, GemmEpilogue, ConvEpilogue)")
+    if producer.attrs.get("row"):
+        return Refusal(f"{producer.onnx_name} already runs a row operator")
+    if len(state.out_edges(producer)) != 1:
+        return Refusal(f"{producer.onnx_name} writes {len(state.out_edges(producer))} outputs")
     return producer
 
 

@@ -19,30 +19,39 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from transforms.graph import access_nodes, record_for_readers
+from transforms.graph import access_nodes, names_text, record_for_readers
 from transforms.operator_transformation import OperatorTransformation
 from workbench.errors import TransformationError
 from workbench.importer.fold import NON_DETERMINISTIC, evaluate_node
-from workbench.transformation_api import register
+from workbench.transformation_api import Refusal, register
 
 MAX_ELEMENTS = 1 << 26
 
 
-def _foldable(sdfg, state, node, weights) -> bool:
-    if node.domain not in ("", "ai.onnx") or node.op_type in NON_DETERMINISTIC:
-        return False
+def _foldable(sdfg, state, node, weights):
+    """True when the node can be computed now, else a ``Refusal`` saying why."""
+    if node.domain not in ("", "ai.onnx"):
+        return Refusal(f"{node.op_type} is the workbench's own operator; onnx.reference "
+                       f"cannot evaluate it")
+    if node.op_type in NON_DETERMINISTIC:
+        return Refusal(f"{node.op_type} gives a new value on every run")
     if "<graph>" in node.attrs.values() or not state.in_edges(node):
-        return False
-    if any(e.src.data not in weights for e in state.in_edges(node)):
-        return False
+        return Refusal(f"{node.onnx_name} has a subgraph or no inputs")
+    variable = [e.src.data for e in state.in_edges(node) if e.src.data not in weights]
+    if variable:
+        return Refusal(f"{names_text(variable)} not a constant")
     if not any(state.out_degree(e.dst) for e in state.out_edges(node)):
-        return False  # nobody reads it: dead code, not a constant
+        return Refusal("nothing reads its output (dead code, not a constant)")
     for e in state.out_edges(node):
         desc = sdfg.arrays[e.dst.data]
         writers = [w for s, n in access_nodes(sdfg, e.dst.data) for w in s.in_edges(n)]
-        if (not desc.transient or len(writers) != 1 or desc.total_size > MAX_ELEMENTS
-                or any(s is not state for s, _ in access_nodes(sdfg, e.dst.data))):
-            return False
+        if not desc.transient:
+            return Refusal(f"its output '{e.dst.data}' is a graph output")
+        if desc.total_size > MAX_ELEMENTS:
+            return Refusal(f"its output '{e.dst.data}' has {desc.total_size} elements, too many "
+                           f"to store as a weight")
+        if len(writers) != 1 or any(s is not state for s, _ in access_nodes(sdfg, e.dst.data)):
+            return Refusal(f"its output '{e.dst.data}' is written or read in another place too")
     return True
 
 

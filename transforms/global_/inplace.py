@@ -21,10 +21,10 @@ import networkx as nx
 from dace import data as dt
 
 from transforms.global_.lifetimes import other_uses
-from transforms.graph import access_nodes, dataflow_steps, rename_arrays
+from transforms.graph import access_nodes, dataflow_steps, rename_arrays, shape_text
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.elementwise import ELEMENTWISE
-from workbench.transformation_api import register
+from workbench.transformation_api import Refusal, register
 
 
 def _only_here(sdfg, state, data) -> bool:
@@ -32,29 +32,44 @@ def _only_here(sdfg, state, data) -> bool:
 
 
 def overwritable_input(sdfg, state, node):
-    """The access node of the input ``node`` may write over, or None."""
-    if node.op_type not in ELEMENTWISE or node.domain or node.implementation != "pure":
+    """The access node of the input ``node`` may write over, or a ``Refusal`` (None
+    for an operator it does not look at)."""
+    if node.op_type not in ELEMENTWISE or node.domain:
         return None
+    if node.implementation != "pure":
+        return Refusal(f"{node.onnx_name} runs its {node.implementation} implementation, "
+                       f"not the pure map")
     outs = state.out_edges(node)
     if len(outs) != 1:
-        return None
+        return Refusal(f"{node.onnx_name} writes {len(outs)} outputs")
     y = outs[0].dst
     y_desc = sdfg.arrays[y.data]
-    if (type(y_desc) is not dt.Array or not y_desc.transient
-            or not _only_here(sdfg, state, y.data)
+    if not y_desc.transient:
+        return Refusal(f"its output '{y.data}' is a graph output")
+    if (type(y_desc) is not dt.Array or not _only_here(sdfg, state, y.data)
             or len(access_nodes(sdfg, y.data)) != 1 or state.in_degree(y) != 1):
-        return None
+        return Refusal(f"its output '{y.data}' is a view, or written or read elsewhere too")
     graph, step = dataflow_steps(state)
     earlier = None
+    why = []   # per input, why it cannot be written over
     for conn in node.onnx_inputs:
         edge = next((e for e in state.in_edges(node) if conn and e.dst_conn == conn), None)
         if edge is None:
             continue
         x = edge.src
         desc = sdfg.arrays[x.data]
-        if (type(desc) is not dt.Array or not desc.transient or desc.dtype != y_desc.dtype
-                or tuple(desc.shape) != tuple(y_desc.shape) or state.out_degree(x) != 1
-                or not _only_here(sdfg, state, x.data)):
+        if not desc.transient:
+            why.append(f"'{x.data}' is a graph input or weight")
+            continue
+        if tuple(desc.shape) != tuple(y_desc.shape) or desc.dtype != y_desc.dtype:
+            why.append(f"'{x.data}' is {shape_text(desc.shape)} {desc.dtype.to_string()}, the "
+                       f"output {shape_text(y_desc.shape)} {y_desc.dtype.to_string()}")
+            continue
+        if state.out_degree(x) != 1:
+            why.append(f"'{x.data}' is read by {state.out_degree(x)} nodes")
+            continue
+        if type(desc) is not dt.Array or not _only_here(sdfg, state, x.data):
+            why.append(f"'{x.data}' is a view or used in another state")
             continue
         earlier = earlier if earlier is not None else nx.ancestors(graph, step(node))
         # Through every other access node of X and every View of X (a reader of a
@@ -62,7 +77,10 @@ def overwritable_input(sdfg, state, node):
         users = other_uses(sdfg, state, x.data, x, (graph, step))
         if users is not None and users <= earlier:
             return x
-    return None
+        why.append(f"'{x.data}' is used again after {node.onnx_name}" if users is not None
+                   else f"the order of the other uses of '{x.data}' is not fixed yet")
+    return Refusal("no input it could write over: " + "; ".join(why) if why
+                   else f"{node.onnx_name} reads no tensor")
 
 
 @register

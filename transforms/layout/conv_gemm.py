@@ -16,26 +16,32 @@ import math
 from transforms.layout.strided import implementation_for, strided_node
 from transforms.layout.views import data_input, data_output, plain_array
 from transforms.operator_transformation import OperatorTransformation
-from workbench.transformation_api import register
+from workbench.transformation_api import Refusal, register
 
 
-def pointwise(sdfg, state, node) -> bool:
+def pointwise(sdfg, state, node):
+    """True for a 1x1 Conv as rule 1 has it, else a ``Refusal`` naming what differs."""
     x, w, y = data_input(state, node, 0), data_input(state, node, 1), data_output(state, node)
     if x is None or w is None or y is None or state.out_degree(node) != 1:
-        return False
-    if not all(plain_array(sdfg, a) for a in (x, w, y)):
-        return False
+        return Refusal(f"{node.onnx_name} lacks its input, weight or one output")
     b = data_input(state, node, 2)
-    if b is not None and not plain_array(sdfg, b):
-        return False
+    for a in (x, w, y) + ((b,) if b is not None else ()):
+        if not plain_array(sdfg, a):
+            return Refusal(f"'{a.data}' is not a row-major array (channels-last or a view)")
     wshape = sdfg.arrays[w.data].shape
     spatial = len(wshape) - 2
     attrs = node.attrs
-    return (spatial >= 1 and all(k == 1 for k in wshape[2:])
-            and list(attrs.get("kernel_shape") or [1] * spatial) == [1] * spatial
-            and all(s == 1 for s in attrs.get("strides") or [1])
-            and all(p == 0 for p in attrs.get("pads") or [0])
-            and attrs.get("group", 1) == 1)
+    if spatial < 1 or not all(k == 1 for k in wshape[2:]) or \
+            list(attrs.get("kernel_shape") or [1] * spatial) != [1] * spatial:
+        return Refusal(f"the kernel of {node.onnx_name} is {'x'.join(map(str, wshape[2:]))}, "
+                       f"not 1x1")
+    if not all(s == 1 for s in attrs.get("strides") or [1]):
+        return Refusal(f"{node.onnx_name} has strides {list(attrs['strides'])}")
+    if not all(p == 0 for p in attrs.get("pads") or [0]):
+        return Refusal(f"{node.onnx_name} pads its input ({list(attrs['pads'])})")
+    if attrs.get("group", 1) != 1:
+        return Refusal(f"{node.onnx_name} has {attrs['group']} groups")
+    return True
 
 
 def gemm_views(sdfg, state, node) -> dict:
@@ -60,7 +66,9 @@ class ConvAsGemm(OperatorTransformation):
 
     def plan(self, sdfg, state, node, weights=None):
         # a convolution on oneDNN's kernels stays there (ChooseImplementation moves it)
-        return node.implementation != "onednn" and pointwise(sdfg, state, node) or None
+        if node.implementation == "onednn":
+            return Refusal(f"{node.onnx_name} runs on oneDNN (ChooseImplementation moves it)")
+        return pointwise(sdfg, state, node)
 
     def describe(self, node, plan):
         return f"{node.onnx_name} as a GEMM"

@@ -13,25 +13,38 @@ Rules:
 """
 import dace
 
+from transforms.graph import shape_text
 from transforms.layout.views import data_input
 from transforms.operator_transformation import OperatorTransformation
 from workbench.build.settings import blas_implementation
-from workbench.transformation_api import register
+from workbench.transformation_api import Refusal, register
 
 FLOATS = (dace.float32, dace.float64)
 
 
-def shiftable(sdfg, state, node) -> bool:
+def shiftable(sdfg, state, node):
+    """True when rule 1 holds (BLAS aside), else a ``Refusal`` naming what differs."""
     x, w = data_input(state, node, 0), data_input(state, node, 1)
     if x is None or w is None:
-        return False
-    x, w = sdfg.arrays[x.data], sdfg.arrays[w.data]
-    if len(w.shape) != 4 or x.dtype not in FLOATS:
-        return False
+        return Refusal(f"{node.onnx_name} lacks its input or weight")
+    xd, wd = sdfg.arrays[x.data], sdfg.arrays[w.data]
+    if len(wd.shape) != 4:
+        return Refusal(f"{node.onnx_name} is not a 2-D convolution (weight '{w.data}' "
+                       f"{shape_text(wd.shape)})")
+    if xd.dtype not in FLOATS:
+        return Refusal(f"'{x.data}' is {xd.dtype.to_string()}, not float")
     attrs = node.attrs
-    return (tuple(w.shape[2:]) != (1, 1) and x.shape[0] <= 8
-            and all(s == 1 for s in attrs.get("strides") or [1])
-            and attrs.get("group", 1) == 1 and node.implementation != "shifted_gemm")
+    if tuple(wd.shape[2:]) == (1, 1):
+        return Refusal(f"the kernel of {node.onnx_name} is 1x1 (ConvAsGemm's case)")
+    if xd.shape[0] > 8:
+        return Refusal(f"'{x.data}' holds {xd.shape[0]} images, more than 8")
+    if not all(s == 1 for s in attrs.get("strides") or [1]):
+        return Refusal(f"{node.onnx_name} has strides {list(attrs['strides'])}, not 1")
+    if attrs.get("group", 1) != 1:
+        return Refusal(f"{node.onnx_name} has {attrs['group']} groups")
+    if node.implementation == "shifted_gemm":
+        return Refusal(f"{node.onnx_name} already runs as shifted GEMMs")
+    return True
 
 
 @register
@@ -48,7 +61,11 @@ class ConvAsShiftedGemm(OperatorTransformation):
 
     def plan(self, sdfg, state, node, weights=None):
         # a convolution on oneDNN's kernels stays there (ChooseImplementation moves it)
-        return node.implementation != "onednn" and shiftable(sdfg, state, node) or None
+        if blas_implementation() is None:
+            return Refusal("no BLAS library found")
+        if node.implementation == "onednn":
+            return Refusal(f"{node.onnx_name} runs on oneDNN (ChooseImplementation moves it)")
+        return shiftable(sdfg, state, node)
 
     def describe(self, node, plan):
         return f"{node.onnx_name}: one GEMM per kernel tap"

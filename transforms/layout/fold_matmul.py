@@ -21,7 +21,7 @@ from transforms.layout.views import (data_input, data_output, drop_array_if_unus
                                      owned_here, plain_array, producer, row_major)
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.node import OnnxOp
-from workbench.transformation_api import register
+from workbench.transformation_api import Refusal, register
 
 TARGETS = {"MatMul", "MatMulStrided", "Gemm"}
 
@@ -31,42 +31,56 @@ def _perm(node, rank: int) -> list:
 
 
 def _transpose_in(sdfg, state, node, conn):
-    """(Transpose, its row-major input, the transposed transient) feeding ``conn``."""
+    """(Transpose, its row-major input, the transposed transient) feeding ``conn``, or
+    a ``Refusal``."""
     t = next((e.src for e in state.in_edges(node) if e.dst_conn == conn), None)
-    if t is None or not owned_here(sdfg, state, t) or state.out_degree(t) != 1:
-        return None
+    if t is None:
+        return Refusal(f"{conn}: no input")
     tr = producer(state, t)
-    if tr is None or tr.op_type != "Transpose" or state.out_degree(tr) != 1:
-        return None
+    if tr is None or tr.op_type != "Transpose":
+        return Refusal(f"{conn}: '{t.data}' is not written by a Transpose")
+    if not owned_here(sdfg, state, t) or state.out_degree(t) != 1:
+        return Refusal(f"{conn}: '{t.data}' from {tr.onnx_name} is read elsewhere too")
+    if state.out_degree(tr) != 1:
+        return Refusal(f"{conn}: {tr.onnx_name} writes more than one tensor")
     s = data_input(state, tr)
-    return (tr, s, t) if s is not None and plain_array(sdfg, s) else None
+    return (tr, s, t) if s is not None and plain_array(sdfg, s) else \
+        Refusal(f"{conn}: the input of {tr.onnx_name} is not row-major")
 
 
 def _transpose_out(sdfg, state, node):
     """(Transpose, its row-major output, the product's transient) taking Y."""
     y = data_output(state, node)
     if y is None or not owned_here(sdfg, state, y) or state.out_degree(y) != 1:
-        return None
+        return Refusal("Y: its output is a graph output or read by more than one node"
+                       if y is not None else "Y: no output")
     tr = state.out_edges(y)[0].dst
     if not isinstance(tr, OnnxOp) or tr.op_type != "Transpose":
-        return None
+        return Refusal(f"Y: '{y.data}' is not read by a Transpose")
     z = data_output(state, tr)
     reads = {e.src for e in state.in_edges(node)}
     if z is None or state.in_degree(z) != 1 or not plain_array(sdfg, z) or z in reads:
-        return None
+        return Refusal(f"Y: the output of {tr.onnx_name} is not a row-major tensor written "
+                       f"only there")
     return tr, z, y
 
 
 def plan(sdfg, state, node, operand: str):
-    """(Transpose, outer access node, inner access node, new views) or None."""
+    """(Transpose, outer access node, inner access node, new views) or a ``Refusal``
+    (None for a Gemm's Y, which has no transposed form)."""
     if node.op_type == "Gemm":
         found = None if operand == "Y" else _transpose_in(sdfg, state, node, operand)
-        return found + (None,) if found and _perm(found[0], 2) == [1, 0] else None
+        if isinstance(found, Refusal) or found is None:
+            return found
+        return found + (None,) if _perm(found[0], 2) == [1, 0] else \
+            Refusal(f"{operand}: {found[0].onnx_name} is not a 2-D transpose")
     views = node_views(sdfg, state, node)
     found = (_transpose_out(sdfg, state, node) if operand == "Y"
              else _transpose_in(sdfg, state, node, operand))
-    if views is None or found is None:
-        return None
+    if isinstance(found, Refusal):
+        return found
+    if views is None:
+        return Refusal(f"{node.onnx_name}'s operands are not views one GEMM can read")
     tr, outer, inner = found
     outer_shape, inner_shape = sdfg.arrays[outer.data].shape, sdfg.arrays[inner.data].shape
     perm, rm = _perm(tr, len(outer_shape)), row_major(outer_shape)
@@ -77,9 +91,12 @@ def plan(sdfg, state, node, operand: str):
     key = operand.lower()
     view = through(views[key], inner_shape, where)
     if view is None:
-        return None
+        return Refusal(f"{operand}: {tr.onnx_name}'s permutation cannot be read as strides "
+                       f"of one GEMM operand")
     views = {**views, key: view}
-    return (tr, outer, inner, views) if blas_friendly(views) else None
+    return (tr, outer, inner, views) if blas_friendly(views) else \
+        Refusal(f"{operand}: through {tr.onnx_name} no matrix would have contiguous rows or "
+                f"columns (one BLAS call per batch index could not compute it)")
 
 
 @register
@@ -97,7 +114,7 @@ class FoldTransposeIntoMatMul(OperatorTransformation):
     def plan(self, sdfg, state, node, weights=None, operand=None):
         """(operand, Transpose, outer access node, inner access node, new views) or None."""
         found = plan(sdfg, state, node, operand) if operand in ("A", "B", "Y") else None
-        return (operand,) + found if found else None
+        return (operand,) + found if found else found
 
     def roles(self, node, plan):
         return {"node": node, "transpose": plan[1]}

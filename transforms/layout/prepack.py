@@ -17,10 +17,10 @@ general case for any operator; this one needs no ONNX evaluator.
 import dace
 import numpy as np
 
-from transforms.graph import access_nodes, record_for_readers
+from transforms.graph import access_nodes, names_text, record_for_readers
 from transforms.layout.views import data_input, data_output, owned_here
 from transforms.operator_transformation import OperatorTransformation
-from workbench.transformation_api import register
+from workbench.transformation_api import Refusal, register
 
 LAYOUT_OPS = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
 
@@ -30,13 +30,20 @@ def _is_weight(sdfg, data: str, weights) -> bool:
             and not any(s.in_degree(n) for s, n in access_nodes(sdfg, data)))
 
 
-def packable(sdfg, state, node, weights) -> bool:
+def packable(sdfg, state, node, weights):
+    """True under rule 1, else a ``Refusal`` naming what breaks it."""
     src, dst = data_input(state, node), data_output(state, node)
-    if not weights or src is None or dst is None or len(state.out_edges(node)) != 1:
-        return False
-    if not all(_is_weight(sdfg, e.src.data, weights) for e in state.in_edges(node)):
-        return False
-    return owned_here(sdfg, state, dst) and state.in_degree(dst) == 1
+    if not weights:
+        return Refusal("the model's weights are not known here")
+    if src is None or dst is None or len(state.out_edges(node)) != 1:
+        return Refusal(f"{node.onnx_name} lacks its data input or has several outputs")
+    variable = [e.src.data for e in state.in_edges(node)
+                if not _is_weight(sdfg, e.src.data, weights)]
+    if variable:
+        return Refusal(f"{names_text(variable)} not a constant (a weight no node writes)")
+    if not (owned_here(sdfg, state, dst) and state.in_degree(dst) == 1):
+        return Refusal(f"its output '{dst.data}' is a graph output or written elsewhere too")
+    return True
 
 
 def packed_value(node, value, out_shape):
@@ -57,7 +64,8 @@ class WeightPrepack(OperatorTransformation):
 
     def plan(self, sdfg, state, node, weights=None):
         """The weight's access node."""
-        return data_input(state, node) if packable(sdfg, state, node, weights) else None
+        ok = packable(sdfg, state, node, weights)
+        return data_input(state, node) if ok is True else ok
 
     def describe(self, node, src):
         return f"prepack {src.data} through {node.onnx_name}"

@@ -16,25 +16,45 @@ else reads them.
 """
 from transforms.layout.views import (data_input, data_output, drop_node, make_view,
                                      owned_here, plain_array, producer)
+from dace.data import View
+
 from transforms.operator_transformation import OperatorTransformation
-from workbench.transformation_api import register
+from workbench.transformation_api import Refusal, register
 
 RESHAPES = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
 
 
 def plan(sdfg, state, node):
-    """'output' (rule 2), 'input' (rule 3) or None: which side becomes the View."""
+    """'output' (rule 2), 'input' (rule 3) or a ``Refusal``: which side becomes the View."""
     src, dst = data_input(state, node), data_output(state, node)
     if src is None or dst is None or len(state.out_edges(node)) != 1:
-        return None
+        return Refusal(f"{node.onnx_name} lacks its data input or has several outputs")
     if not plain_array(sdfg, src):
-        return None
+        return Refusal(f"its input '{src.data}' is not row-major (channels-last or strided)")
     if owned_here(sdfg, state, dst) and state.in_degree(dst) == 1:
         return "output"
     if (owned_here(sdfg, state, src) and state.out_degree(src) == 1
             and producer(state, src) is not None and state.in_degree(dst) == 1):
         return "input"
-    return None
+    # rule 4: say what keeps each side from becoming the other's View
+    return Refusal(f"neither side can alias the other: its output '{dst.data}' "
+                   f"{_why_not_owned(sdfg, state, dst)}, and its input '{src.data}' "
+                   f"{_why_not_owned(sdfg, state, src, reader=True)}")
+
+
+def _why_not_owned(sdfg, state, access, reader=False) -> str:
+    desc = sdfg.arrays[access.data]
+    if not desc.transient:
+        return "is a graph input or output" if not reader else "is a graph input or weight"
+    if isinstance(desc, View):
+        return "is already a view"
+    if not owned_here(sdfg, state, access):
+        return "is used elsewhere too"
+    if reader and state.out_degree(access) != 1:
+        return f"is read by {state.out_degree(access)} nodes"
+    if reader and producer(state, access) is None:
+        return "is not written by one operator"
+    return f"is written by {state.in_degree(access)} nodes"
 
 
 @register

@@ -1,8 +1,9 @@
 """ChooseImplementation: pick how one operator expands (pure, BLAS, im2col, ...)."""
+from transforms.graph import names_text
 from transforms.layout.views import is_row_major
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops import implementations_of
-from workbench.transformation_api import register
+from workbench.transformation_api import Refusal, register
 
 
 STRIDED = {"onednn"}  # implementations that read operands at any strides
@@ -25,10 +26,12 @@ class ChooseImplementation(OperatorTransformation):
         if implementation not in implementations_of(node.op_type):
             return None
         # only library calls read channels-last (ChannelsLast) operands as they lie
-        if implementation not in STRIDED and not all(
-                is_row_major(sdfg.arrays[e.data.data])
-                for e in state.in_edges(node) + state.out_edges(node) if e.data.data):
-            return None
+        if implementation not in STRIDED:
+            strided = sorted({e.data.data for e in state.in_edges(node) + state.out_edges(node)
+                              if e.data.data and not is_row_major(sdfg.arrays[e.data.data])})
+            if strided:
+                return Refusal(f"{implementation} reads row-major tensors, and "
+                               f"{names_text(strided)} laid out channels-last")
         return implementation
 
     def describe(self, node, impl):

@@ -17,7 +17,7 @@ from workbench.errors import UnsupportedCaseError
 from workbench.ops.conv_onednn import conv_desc, core_call
 from workbench.ops.pool_onednn import pool_desc
 from workbench.ops.registry import make_call
-from workbench.transformation_api import register
+from workbench.transformation_api import Refusal, register
 
 POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
 
@@ -41,14 +41,22 @@ def library_desc(call, node):
 
 
 def onednn_kernel(sdfg, state, node):
-    """oneDNN's kernel name for the node, or None when it has none but its reference."""
+    """oneDNN's kernel name for the node, or a ``Refusal`` when it has none but its
+    reference loops (or none at all)."""
     if node.op_type == "ConvEpilogue" and node.attrs.get("core") != "Conv":
-        return None
+        return Refusal(f"{node.onnx_name}'s core is a {node.attrs.get('core')}, not a Conv")
     try:
         ok, kernel = onednn.check(library_desc(make_call(node, state, sdfg), node))
-    except (UnsupportedCaseError, StopIteration, KeyError):
-        return None
-    return kernel if ok and fast(kernel) else None
+    except UnsupportedCaseError as e:
+        return Refusal(f"oneDNN cannot run {node.onnx_name}: {e}")
+    except (StopIteration, KeyError):
+        return Refusal(f"{node.onnx_name} is missing an input or output oneDNN needs")
+    if not ok:
+        return Refusal(f"oneDNN refuses {node.onnx_name}: {kernel or 'no kernel'}")
+    if not fast(kernel):
+        return Refusal(f"oneDNN would run {node.onnx_name} only on its reference loops "
+                       f"({kernel})")
+    return kernel
 
 
 @register
@@ -61,8 +69,10 @@ class OnOneDNN(OperatorTransformation):
     refusal = "{match.description}: oneDNN no longer has a kernel for {node.onnx_name}"
 
     def plan(self, sdfg, state, node, weights=None):
-        if node.implementation == "onednn" or not onednn.available():
-            return None
+        if node.implementation == "onednn":
+            return Refusal(f"{node.onnx_name} already runs on oneDNN")
+        if not onednn.available():
+            return Refusal("oneDNN is not installed")
         return onednn_kernel(sdfg, state, node)
 
     def describe(self, node, kernel):
