@@ -35,7 +35,10 @@ from dace.sdfg import nodes
 
 from workbench import nodeid
 from workbench.analysis.movement import data_movement
-from workbench.analysis.state_index import MAX_REGION_SHARE, StateIndex  # noqa: F401
+from workbench.analysis.state_index import StateIndex  # noqa: F401 (its home before)
+
+# Beyond this share of the state the copy saves little: measure the whole graph.
+MAX_REGION_SHARE = 0.4
 
 def local_delta(sdfg: dace.SDFG, index: StateIndex, transformation, match, weights,
                 names: dict, apply_match):
@@ -50,7 +53,7 @@ def local_delta(sdfg: dace.SDFG, index: StateIndex, transformation, match, weigh
         if node is None:   # a state, a nested SDFG's node, or gone
             return None
         seeds.append(node)
-    found = index.region(seeds)
+    found = index.region(seeds, MAX_REGION_SHARE)
     if found is None:
         return None
     region, boundary = found

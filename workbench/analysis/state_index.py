@@ -14,9 +14,6 @@ from dace.sdfg import nodes
 
 from workbench import nodeid
 
-# Beyond this share of the state the copy saves little: measure the whole graph.
-MAX_REGION_SHARE = 0.4
-
 
 class StateIndex:
     """Node order, identities, top-level units (a node, or a whole top-level map scope)
@@ -74,7 +71,7 @@ class StateIndex:
         return isinstance(unit, nodes.AccessNode) and not isinstance(
             self.sdfg.arrays[unit.data], dace.data.View)
 
-    def region(self, seeds, share: float = MAX_REGION_SHARE):
+    def region(self, seeds, share: float = 1.0):
         """(nodes of the region, its boundary access nodes), or None when it is over
         ``share`` of the state's nodes."""
         seed_units = {self.unit[s] for s in seeds}

@@ -197,7 +197,7 @@ def splice(sdfg, index, transformation, match, weights, names):
         seeds.append(node)
     if not seeds:   # a whole-model match
         return None
-    found = index.region(seeds, share=1.0)   # a large region costs its copy, still exact
+    found = index.region(seeds)   # any share: a large region costs its copy, still exact
     if found is None:
         return None
     region, boundary = found
