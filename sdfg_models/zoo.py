@@ -113,6 +113,10 @@ MODELS = [
     _full("efficientnet_b0", "EfficientNet-B0, 224x224"),
     _full("squeezenet", "SqueezeNet 1.1, 224x224"),
     _full("vit", "ViT-tiny (patch 16, dim 192, depth 12, 3 heads), 224x224", {"batch": 1}),
+    _full("vit-depth3", "ViT-tiny with 3 layers, 224x224 (bench --interactive --scaling)",
+          {"batch": 1}),
+    _full("vit-depth6", "ViT-tiny with 6 layers, 224x224 (bench --interactive --scaling)",
+          {"batch": 1}),
     _full("bert", "BERT-tiny (2 layers, hidden 128, 2 heads), 128 tokens", _TEXT_FULL),
     _full("bert-base-layer", "BERT-base embeddings, one layer (hidden 768, 12 heads), "
           "128 tokens", _TEXT_FULL),

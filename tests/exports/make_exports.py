@@ -130,6 +130,11 @@ FULL = {
     "squeezenet": _image(lambda: SqueezeNet(1000, 64, SqueezeNet.FULL_FIRES), 224),
     "vit": _image(lambda: VisionTransformer(224, 16, 12, 3, 192, 768, 1000), 224, "pixel_values",
                   batch_axis=True),
+    # ViT-tiny at 3 and 6 layers: how interactive costs grow with depth (bench --scaling)
+    "vit-depth3": _image(lambda: VisionTransformer(224, 16, 3, 3, 192, 768, 1000), 224,
+                         "pixel_values", batch_axis=True),
+    "vit-depth6": _image(lambda: VisionTransformer(224, 16, 6, 3, 192, 768, 1000), 224,
+                         "pixel_values", batch_axis=True),
     "bert": _bert(30522, 2, dim=128, heads=2, inter=512, max_pos=512),  # BERT-tiny
     "bert-base-layer": _bert(30522, 1, dim=768, heads=12, inter=3072, max_pos=512),
     "gpt2": _gpt2(50257, 12, attention_mask=True, dim=768, heads=12, max_pos=1024),

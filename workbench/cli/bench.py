@@ -17,14 +17,22 @@ def register(sub):
     p.add_argument("--plot", metavar="OUT.png", help="bar chart of per-operator and total times "
                    "(--zoo: of the ratio per model)")
     p.add_argument("--interactive", action="store_true",
-                   help="time open, list, apply, undo, the recipe (default auto), a cold build "
-                        "and a rebuild instead (workbench/runtime/step_costs.py)")
+                   help="time open, list, apply, undo, the recipe (default auto), a cold build, "
+                        "a rebuild and a cold build in a fresh process instead "
+                        "(workbench/runtime/step_costs.py)")
+    p.add_argument("--scaling", action="store_true",
+                   help="with --interactive, instead of MODEL: the same on three depths of "
+                        "one network (default the zoo's ViT-tiny with 3, 6 and 12 layers; "
+                        "--models A,B,C) and the milliseconds per node of each action")
+    p.add_argument("--no-fresh-build", action="store_true",
+                   help="with --interactive: leave out the cold build in a fresh process")
     p.add_argument("--zoo", action="store_true",
                    help="instead of MODEL: the bundled models and the zoo's exports, each against "
                         "onnxruntime, one table with geometric means (recipe default auto; "
                         "workbench/runtime/zoo_bench.py)")
     p.add_argument("--full", action="store_true", help="with --zoo: the full-size exports")
-    p.add_argument("--models", metavar="A,B", help="with --zoo: only these zoo names")
+    p.add_argument("--models", metavar="A,B", help="with --zoo: only these zoo names; with "
+                   "--scaling: the models to compare")
     p.add_argument("--busy", action="store_true",
                    help="with --zoo: time each model again with one competing busy process")
     p.set_defaults(run=run)
@@ -37,14 +45,18 @@ def run(args, progress) -> int:
         raise BadInputError("--repeat and --threads must be at least 1.")
     if args.zoo:
         return run_zoo(args, progress)
-    zoo_only = [flag for flag, given in (("--full", args.full), ("--models", args.models),
-                                         ("--busy", args.busy)) if given]
+    zoo_only = [flag for flag, given in (("--full", args.full), ("--busy", args.busy),
+                                         ("--models", args.models and not args.scaling))
+                if given]
     if zoo_only:
         raise BadInputError(f"{', '.join(zoo_only)} only go with --zoo.")
-    if not args.model:
-        raise BadInputError("bench needs a MODEL, or --zoo for the bundled models and the zoo.")
+    if args.scaling and (not args.interactive or args.model):
+        raise BadInputError("--scaling goes with --interactive and no MODEL (pick the models "
+                            "with --models A,B,C).")
     if args.interactive:
         return run_interactive(args, progress)
+    if not args.model:
+        raise BadInputError("bench needs a MODEL, or --zoo for the bundled models and the zoo.")
     with trusting(args.trust):
         ws = open_session(args, progress)
     apply_recipe(ws, args, progress)
@@ -70,13 +82,35 @@ def run(args, progress) -> int:
     return 0
 
 
+SCALING = "zoo:vit-depth3-full,zoo:vit-depth6-full,zoo:vit-full"
+
+
 def run_interactive(args, progress) -> int:
-    from workbench.runtime.step_costs import measure
-    with trusting(args.trust):
-        costs = measure(lambda: open_session(args, progress), args.recipe or "auto")
-    print(costs.table())
+    import argparse
+    from workbench.cli.common import parse_shapes
+    from workbench.runtime.fresh_build import measure_in_child
+    from workbench.runtime.step_costs import measure, scaling_table, spreads
+    from workbench.runtime.zoo_bench import load_average, machine_info
+    models = (args.models or SCALING).split(",") if args.scaling else [args.model]
+    results = []
+    for model in models:
+        one = argparse.Namespace(model=model.strip(), shape=[] if args.scaling else args.shape)
+        shapes = parse_shapes(one.shape)
+        machine = machine_info(args.threads)
+        fresh = None if args.no_fresh_build else (
+            lambda steps, m=one.model, s=shapes: measure_in_child(m, s, steps))
+        with trusting(args.trust):
+            costs = measure(lambda: open_session(one, progress), args.recipe or "auto", fresh)
+        costs.machine = {"cpu": machine["cpu"], "avx2": machine["avx2"],
+                         "avx512f": machine["avx512f"], "cores": machine["cores"],
+                         "load": [machine["load_average"], load_average()]}
+        print(costs.table(), flush=True)
+        results.append(costs)
+    if args.scaling:
+        print(scaling_table(results))
     if args.json:
-        emit_json(costs.to_dict())
+        emit_json({"models": [c.to_dict() for c in results], "spread": spreads(results)}
+                  if args.scaling else results[0].to_dict())
     return 0
 
 

@@ -14,7 +14,13 @@ take them, each timed once on the real session (wall clock, seconds):
    whole list), then undo and redo;
 5. auto: the ``auto`` recipe from the import;
 6. cold build: the first build of the tuned program, with its phases;
-7. rebuild: one more step (the first listed match that applies), then build.
+7. rebuild: one more step (the first listed match that applies), then build;
+8. second cold build: a new process opens the model, replays the steps and
+   builds (``workbench.runtime.fresh_build``): what reopening costs.
+
+Each figure is also given per ONNX node (``per_node``), the measure of how an
+action grows with the network (``bench --interactive --scaling`` compares
+three depths of one network).
 
 One pass, not a median: the slow actions take minutes on real models, and
 what matters is which one dominates and how it grows with the node count.
@@ -23,6 +29,8 @@ import time
 from dataclasses import asdict, dataclass, field
 
 SELECTION = 10
+TIMED = ("open_s", "list_s", "list_selection_s", "predict_selection_s", "apply_s", "undo_s",
+         "redo_s", "auto_s", "build_cold_s", "rebuild_s", "fresh_build_s")
 
 
 @dataclass
@@ -46,10 +54,20 @@ class StepCosts:
     rebuild_s: float = None
     rebuild_step: str = ""
     rebuild_phases: dict = field(default_factory=dict)
+    fresh_build_s: float = None
+    fresh_phases: dict = field(default_factory=dict)
+    machine: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {k: _rounded(v) for k, v in asdict(self).items()}
+        out = {k: _rounded(v) for k, v in asdict(self).items()}
+        out["per_node"] = {k: _rounded(v) for k, v in self.per_node().items()}
+        return out
+
+    def per_node(self) -> dict:
+        """Seconds per ONNX node of each timed action."""
+        return {name: getattr(self, name) / self.nodes for name in TIMED
+                if getattr(self, name) is not None and self.nodes}
 
     def table(self) -> str:
         rows = [("open", self.open_s, f"{self.nodes} ONNX nodes"),
@@ -63,12 +81,45 @@ class StepCosts:
                 ("auto", self.auto_s, f"{self.auto_steps} steps"),
                 ("cold build", self.build_cold_s, _phases(self.build_phases)),
                 ("rebuild after one step", self.rebuild_s,
-                 f"{self.rebuild_step}; {_phases(self.rebuild_phases)}")]
-        lines = [f"{self.model}: interactive costs (seconds)"]
+                 f"{self.rebuild_step}; {_phases(self.rebuild_phases)}"),
+                ("second cold build (fresh process)", self.fresh_build_s,
+                 _phases(self.fresh_phases))]
+        lines = [f"{self.model}: interactive costs (seconds; ms per ONNX node)"]
+        if self.machine:
+            lines.append(f"  machine: {self.machine.get('cpu')}, avx2 {self.machine.get('avx2')}, "
+                         f"avx512f {self.machine.get('avx512f')}, load {self.machine.get('load')}")
         for name, seconds, what in rows:
             value = "-" if seconds is None else f"{seconds:8.3f}"
-            lines.append(f"  {name:<36} {value:>8}  {what}".rstrip())
+            each = "" if seconds is None or not self.nodes else f"{1000 * seconds / self.nodes:7.2f}"
+            lines.append(f"  {name:<36} {value:>8} {each:>7}  {what}".rstrip())
         return "\n".join(lines + [f"  note: {n}" for n in self.notes])
+
+
+def scaling_table(results: list) -> str:
+    """Milliseconds per ONNX node of each action on each model, and the spread (largest
+    over smallest): an action whose cost grows with the network, not the change, has a
+    spread well over 1."""
+    names = [name for name in TIMED if all(getattr(r, name) is not None for r in results)]
+    head = f"  {'ms per node':<22}" + "".join(f"{r.model[-18:]:>20}" for r in results) + \
+        f"{'spread':>9}"
+    lines = ["scaling: " + ", ".join(f"{r.model} ({r.nodes} nodes)" for r in results), head]
+    for name in names:
+        each = [1000 * getattr(r, name) / r.nodes for r in results]
+        spread = max(each) / min(each) if min(each) > 0 else float("inf")
+        lines.append(f"  {name[:-2]:<22}" + "".join(f"{v:20.3f}" for v in each) +
+                     f"{spread:9.2f}")
+    return "\n".join(lines)
+
+
+def spreads(results: list) -> dict:
+    """Action -> largest over smallest seconds per node across ``results``."""
+    out = {}
+    for name in TIMED:
+        each = [getattr(r, name) / r.nodes for r in results
+                if getattr(r, name) is not None and r.nodes]
+        if len(each) == len(results) and min(each) > 0:
+            out[name] = round(max(each) / min(each), 3)
+    return out
 
 
 def _rounded(value):
@@ -110,8 +161,10 @@ def _apply_first(ws, matches) -> str:
     return ""
 
 
-def measure(open_session, recipe: str = "auto") -> StepCosts:
-    """Time the actions above; ``open_session()`` imports the model and returns a Session."""
+def measure(open_session, recipe: str = "auto", fresh_build=None) -> StepCosts:
+    """Time the actions above; ``open_session()`` imports the model and returns a Session;
+    ``fresh_build(steps)`` (optional) builds the session's recipe steps in a new process
+    and returns ``fresh_build.measure_in_child``'s figures."""
     from workbench.analysis import onnx_nodes
     ws, open_s = _timed(open_session)
     costs = StepCosts(ws.name, nodes=len(onnx_nodes(ws.sdfg)), open_s=open_s)
@@ -141,4 +194,10 @@ def measure(open_session, recipe: str = "auto") -> StepCosts:
         costs.rebuild_phases = dict(build.timings)
     else:
         costs.notes.append(f"nothing applied after {recipe}: no rebuild measured")
+    if fresh_build is not None:
+        child = fresh_build(ws.recipe_steps())
+        if "error" in child:
+            costs.notes.append(f"second cold build: {child['error']}")
+        else:
+            costs.fresh_build_s, costs.fresh_phases = child["build_s"], child["phases"]
     return costs
