@@ -147,10 +147,8 @@ class Controller(ProgramRuns, QObject):
                 log.warning("closing the previous session %s failed: %s", self.ws.name, e)
             sessions.discard_if_empty(self.ws.folder)
         self.ws = ws
-        ws.progress = self.progress
-        ws.lock = self.lock
-        ws.verify_steps = self.verify_steps
-        ws.step_checks = self._checkRequested.emit   # called by ws.apply in a worker
+        ws.attach(progress=self.progress, lock=self.lock, verify_steps=self.verify_steps,
+                  step_checks=self._checkRequested.emit)   # called by ws.apply in a worker
         self.selection, self.focus = (), None
         self.reports, self.last_build, self.analysis = {}, None, None
         self.last_profile = as_shown(ws, ws.profiles[-1]) if ws.profiles else None

@@ -80,7 +80,7 @@ def _workbench(model, implementation, feeds, want):
     calls = {g: source.count(f"cblas_{g}(") for g in ("sgemm", "dgemm")}
     gemm = next((f"{g} x{n}" if n > 1 else g for g, n in calls.items() if n),
                 "int32 rows" if "out[j_] += f *" in source else "maps")
-    args, results = ws._call_args(build, feeds)
+    args, results = ws.call_args(build, feeds)
     build.compiled(**args)
     got = results["y"].reshape(want.shape)
     if not np.array_equal(got, want):

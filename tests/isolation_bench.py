@@ -22,7 +22,7 @@ def measure(model: str, rounds: int) -> dict:
     ws = workbench.open(model)
     inputs = ws.random_inputs()
     build = ws.build()
-    args, _ = ws._call_args(build, inputs)
+    args, _ = ws.call_args(build, inputs)
     samples = {f"{what}_{mode}": [] for what in ("run", "call", "timed")
                for mode in ("in_process", "worker")}
     for mode in ("worker", "in_process"):   # load both before timing

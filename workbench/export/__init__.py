@@ -48,7 +48,7 @@ def export_session(ws, folder, target: str = "cpu") -> dict:
         atomic_write(folder / "program.json", json.dumps(spec, indent=1).encode())
         shutil.copy2(Path(__file__).with_name("runner.py"), folder / "run.py")
         inputs = ws.random_inputs(SEED)
-        reference, _ = run_reference(ws.model.reference_model, ws._reference_feeds(inputs))
+        reference, _ = run_reference(ws.model.reference_model, ws.reference_feeds(inputs))
         np.savez(folder / "inputs.npz", **inputs)
         np.savez(folder / "expected.npz", **reference)
         readme += ["Run it (numpy is the only Python dependency; the library needs libgomp and",

@@ -55,14 +55,14 @@ class BenchResult:
 def contenders(ws, baselines, threads: int, inputs: dict) -> dict:
     """name -> zero-argument callable running one inference."""
     build = ws.build()
-    args, _ = ws._call_args(build, inputs)
+    args, _ = ws.call_args(build, inputs)
     # DaCe's __call__ checks and converts every argument on each call (~0.1 ms, a third
     # of a small model's run); a program called again and again converts them once.
     # onnxruntime's run() likewise reuses its session and only binds the feeds.
     # The converted arguments are raw pointers: ``args`` must outlive the runner.
     call_args = build.compiled._construct_args(args)
     runners = {"workbench": lambda held=args: build.compiled.fast_call(*call_args)}
-    feeds = ws._reference_feeds(inputs)
+    feeds = ws.reference_feeds(inputs)
     for name in baselines:
         if name == "onnxruntime":
             runners[name] = _ort_runner(ort_session(ws.model.reference_model, threads), feeds)

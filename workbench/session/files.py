@@ -59,7 +59,8 @@ class SessionFiles:
         self.folder = folder
         self._write_folder()
 
-    def _autosave(self):
+    def autosave(self):
+        """Write what changed to the session folder, when the session has one."""
         if self.folder is not None:
             self._write_folder()
 

@@ -159,7 +159,7 @@ def _finish(ws, start: int):
         why, entry = _invalid(ws.sdfg), ws.timeline[first].entry
         ws.goto(first - 1)
         ws.timeline.drop_after(first - 1)
-        ws._autosave()
+        ws.autosave()
         return first, entry, why
     kept = ws.data_movement()
     full = data_movement(ws.sdfg, ws.operator_names())
@@ -169,7 +169,7 @@ def _finish(ws, start: int):
             "step %d; using the full one", kept.moved_bytes, full.moved_bytes, ws.position)
         ws.timeline.current.movement = full
         ws._movement = (ws._figure_key(), full)
-    ws._autosave()
+    ws.autosave()
     ws.after_step()
     return None
 
@@ -258,7 +258,7 @@ def _rewind(ws, position: int) -> None:
     if ws.position != position:
         ws.goto(position)
     ws.timeline.drop_after(position)
-    ws._autosave()
+    ws.autosave()
 
 
 def _key(match):

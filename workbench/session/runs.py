@@ -31,7 +31,7 @@ class SessionRuns:
         ``target="gpu"`` compiles the CUDA program for ``arch`` (default: the
         device's) and runs it; without a CUDA device that is a NoCudaDeviceError."""
         build = self._runnable_build(target, arch)
-        args, results = self._call_args(build, inputs)
+        args, results = self.call_args(build, inputs)
         self._call(build, args)
         return {info.onnx_name: results[info.onnx_name].reshape(info.shape)
                 for info in self.outputs}
@@ -43,7 +43,7 @@ class SessionRuns:
     run_timeout = None   # seconds one call may take (None: isolated.DEFAULT_TIMEOUT_S)
 
     def _call(self, build, args: dict, repeat: int = 1, warmup: int = 0) -> list:
-        """Call ``build``'s program ``warmup + repeat`` times on ``_call_args``' ``args``
+        """Call ``build``'s program ``warmup + repeat`` times on ``call_args``' ``args``
         (outputs are filled in place); milliseconds of the ``repeat`` timed calls."""
         from workbench.runtime.profiling import time_calls
         if not self.isolated:
@@ -62,7 +62,7 @@ class SessionRuns:
         return (f"step {position}: {entry['transformation']} "
                 f"({entry.get('description') or entry.get('where')})" if entry else "")
 
-    def _call_args(self, build, inputs: dict, weights: dict = None):
+    def call_args(self, build, inputs: dict, weights: dict = None):
         """Keyword arguments for ``build.compiled`` and the output arrays in them
         (``weights``: another step's, default the current ones)."""
         args = dict(self.model.weights if weights is None else weights)
@@ -91,12 +91,12 @@ class SessionRuns:
         inputs = self.random_inputs() if inputs is None else inputs
         self._build_both()
         build = self.build()
-        args, _ = self._call_args(build, inputs)
+        args, _ = self.call_args(build, inputs)
         with self.progress.phase(f"time {repeat} runs"):
             samples = self._call(build, args, repeat, warmup)
         timed = self._instrumented_build()
         timed.sdfg.clear_instrumentation_reports()
-        args, _ = self._call_args(timed, inputs)
+        args, _ = self.call_args(timed, inputs)
         with self.progress.phase("per-operator timers"):
             self._call(timed, args, repeat=max(3, min(repeat, 10)))  # a report per call
             per_op, per_kernel = prof.kernel_times(timed, self.operator_names())
@@ -104,7 +104,7 @@ class SessionRuns:
         if reference:
             with self.progress.phase("time onnxruntime"):
                 ref = prof.median(prof.reference_times(self.model.reference_model,
-                                                       self._reference_feeds(inputs), repeat,
+                                                       self.reference_feeds(inputs), repeat,
                                                        warmup, threads))
         result = prof.Profile(self.position, prof.median(samples), min(samples), max(samples),
                               samples, per_op, per_kernel, ref, threads, repeat, warmup)
@@ -129,7 +129,7 @@ class SessionRuns:
         if expect is None:
             with self.progress.phase("run reference"):
                 reference, ref_name = run_reference(self.model.reference_model,
-                                                    self._reference_feeds(inputs))
+                                                    self.reference_feeds(inputs))
         else:
             reference, ref_name = dict(expect), "expected outputs"
             unknown = sorted(set(reference) - {o.onnx_name for o in self.outputs})
@@ -165,6 +165,8 @@ class SessionRuns:
                                                        ).reshape(stored)
         return out
 
-    def _reference_feeds(self, inputs: dict) -> dict:
+    def reference_feeds(self, inputs: dict) -> dict:
+        """``inputs`` as the reference runtime (onnxruntime) takes them: ONNX names, the
+        model's dtypes."""
         return {i.onnx_name: np.asarray(inputs[i.onnx_name]).astype(i.dtype, copy=False)
                 for i in self.inputs}

@@ -80,7 +80,7 @@ def run_and_compare(ws, step, finish, cancel=None) -> dict:
     build = finish() if callable(finish) else finish
     try:
         inputs = ws.random_inputs()
-        args, results = ws._call_args(build, inputs, weights=step.weights)
+        args, results = ws.call_args(build, inputs, weights=step.weights)
         position = ws.timeline.index(step)
         isolated.call(build, args, [o.sdfg_name for o in ws.outputs], constant=step.weights.keys(),
                       timeout=ws.run_timeout, cancel=cancel, step=_describe(step, position))
@@ -96,7 +96,7 @@ def record(ws, step, verified: dict) -> None:
     """Into the step's entry, and the session folder when the step is still there."""
     step.entry["verified"] = verified
     if step in ws.timeline:
-        ws._autosave()
+        ws.autosave()
 
 
 class BackgroundChecks:
@@ -134,7 +134,7 @@ def _reference(ws) -> dict:
     if cached is None:
         from workbench.runtime.reference import run_reference
         cached, _ = run_reference(ws.model.reference_model,
-                                  ws._reference_feeds(ws.random_inputs()))
+                                  ws.reference_feeds(ws.random_inputs()))
         ws.__dict__["_check_reference"] = cached
     return cached
 

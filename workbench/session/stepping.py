@@ -73,12 +73,26 @@ class SessionSteps:
             self.check_whole()
         if self._batch:
             return entry
-        self._autosave()
+        self.autosave()
         if verify:
             self._record_verification(self.timeline.current)
         else:
             self.after_step()
         return entry
+
+    def attach(self, progress=None, lock=None, verify_steps: bool = None,
+               step_checks=None) -> None:
+        """Hand the session to a front end (the window): its progress reporter, the lock
+        its workers share with the session, whether every step is verified in the
+        background, and what schedules those checks (``f(session, step)``)."""
+        if progress is not None:
+            self.progress = progress
+        if lock is not None:
+            self.lock = lock
+        if verify_steps is not None:
+            self.verify_steps = verify_steps
+        if step_checks is not None:
+            self.step_checks = step_checks
 
     def after_step(self) -> None:
         """Schedule the background check of the current step (``verify_steps``)."""
@@ -194,7 +208,7 @@ class SessionSteps:
             self._movement = (self._figure_key(), target.movement)
         self.model.weights = target.weights
         if not self._batch:
-            self._autosave()
+            self.autosave()
         return True
 
     def sdfg_at(self, position: int):
