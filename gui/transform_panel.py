@@ -12,11 +12,7 @@ first, then the match, which scrolls sideways in a narrow dock) and the
 level tabs make the panel as wide as they are.
 
 Below the tabs, for a selection, a folded group "Not offered (N)" says why
-each transformation that has no match touching the selected nodes refused
-them ("GemmEpilogueFusion: its output 'x' is read by 2 nodes, ..."), from
-``workbench.session.refusals``. It is computed in the runner's ``refusals``
-lane (latest wins), off the UI thread like the listing, holding the
-controller's lock while it reads the session.
+the other transformations refuse the selected nodes (``gui.refusal_list``).
 """
 from PyQt5.QtCore import QEvent, Qt
 from PyQt5.QtGui import QBrush, QColor, QFont
@@ -24,6 +20,7 @@ from PyQt5.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QTab
                              QTreeWidgetItem, QVBoxLayout, QWidget)
 
 from gui.graph_model import human_bytes
+from gui.refusal_list import NOT_OFFERED, RefusalList  # noqa: F401 (NOT_OFFERED: its old home)
 
 LEVELS = ("local", "fusion", "layout", "global")
 
@@ -36,7 +33,6 @@ def level_of(name: str) -> str:
         return "local"
 
 
-NOT_OFFERED = "Not offered"   # the group of refusals for the selection
 NO_CHANGE = "No change"   # the group of matches predicted to move the same bytes
 GROUP = Qt.UserRole + 1     # a group row's key: its transformation, or NO_CHANGE
 
@@ -120,23 +116,8 @@ class TransformPanel(QWidget):
         self.all_button = QPushButton("Whole graph")
         self.all_button.setToolTip("Clear the selection and list every match")
         self.all_button.clicked.connect(lambda: self.ctl.set_selection(()))
-        # why nothing (or not everything) is offered for the selection: folded at first,
-        # so it costs the list no room until the user asks
-        self.refused = QTreeWidget()
-        self.refused.setHeaderHidden(True)
-        self.refused.setIndentation(12)
-        self.refused.setMouseTracking(True)
-        # long reasons scroll sideways rather than being cut (as the match rows do)
-        self.refused.header().setStretchLastSection(False)
-        self.refused.header().setSectionResizeMode(QHeaderView.ResizeToContents)
-        self.refused.itemExpanded.connect(lambda _: self._size_refused())
-        self.refused.itemCollapsed.connect(lambda _: self._size_refused())
-        self.refused.itemEntered.connect(
-            lambda item, _col: self.ctl.hover(item.data(0, Qt.UserRole) or ()))
-        self.refused.hide()
-        self._refusals_key = None   # (session, SDFG, selection) last asked for
-        # a newer selection makes an older question moot, as for the listing
-        self.ctl.runner.latest_wins.add("refusals")
+        # why nothing (or not everything) is offered for the selection
+        self.refused = RefusalList(controller, self)
         row = QHBoxLayout()
         row.addWidget(self.all_button)
         row.addStretch(1)
@@ -151,74 +132,6 @@ class TransformPanel(QWidget):
         controller.matchesReady.connect(self.show_matches)
         controller.selectionChanged.connect(self._scope_text)
         controller.opened.connect(self._scope_text)
-        for signal in (controller.selectionChanged, controller.changed, controller.opened):
-            signal.connect(self.request_refusals)
-
-    # -- what is not offered ----------------------------------------------------
-    def request_refusals(self) -> None:
-        """Ask why the selection's other transformations refuse it (in the runner)."""
-        ws, nodes = self.ctl.ws, tuple(self.ctl.selection)
-        key = (id(ws), id(ws.sdfg) if ws is not None else None, nodes)
-        if key == self._refusals_key:
-            return   # a focus change within the same selection
-        self._refusals_key = key
-        if ws is None or not nodes:
-            self.show_refusals([])
-            return
-        lock = self.ctl.lock
-
-        def work(job):
-            from workbench.session.refusals import refusals
-            with lock:
-                return refusals(ws, nodes)
-
-        def done(found):
-            if self._refusals_key == key:   # else a newer question is on its way
-                self.show_refusals(found)
-        self.ctl.runner.submit("refusals", "Explaining what is not offered", work,
-                               on_done=done, on_error=self._refusals_failed)
-
-    def _refusals_failed(self, error) -> None:
-        self.show_refusals([])
-        self.ctl.status.emit(f"Could not say why transformations refuse the selection: {error}")
-
-    def show_refusals(self, found) -> None:
-        """One folded group of "Transformation: reason" rows (hidden when empty)."""
-        tree = self.refused
-        was_open = tree.topLevelItemCount() and tree.topLevelItem(0).isExpanded()
-        tree.clear()
-        if not found:
-            tree.hide()
-            return
-        several = len({r.node for r in found}) > 1
-        group = QTreeWidgetItem([f"{NOT_OFFERED}  ({len(found)})"])
-        group.setToolTip(0, "Transformations that offer no match for the selected nodes, "
-                            "and why each refused them")
-        bold = QFont(tree.font())
-        bold.setBold(True)
-        group.setFont(0, bold)
-        for r in found:
-            name = r.node.rsplit(">", 1)[-1].split(":", 2)[-1].rsplit("#", 1)[0]
-            where = f"  [{name}]" if several else ""
-            item = QTreeWidgetItem([f"{r.transformation}: {r.reason}{where}"])
-            item.setToolTip(0, f"{r.transformation} ({r.level}) on {r.node}:\n{r.reason}")
-            item.setData(0, Qt.UserRole, (r.node,))
-            group.addChild(item)
-        tree.addTopLevelItem(group)
-        group.setExpanded(bool(was_open))   # folded unless the user had opened it
-        tree.show()
-        self._size_refused()
-
-    def _size_refused(self) -> None:
-        """As tall as the group's header when folded, up to a third of the panel open."""
-        tree = self.refused
-        group = tree.topLevelItem(0)
-        row = max(tree.sizeHintForRow(0), tree.fontMetrics().height() + 4)
-        opened = group is not None and group.isExpanded()
-        rows = 1 + (group.childCount() if opened else 0)
-        bar = tree.horizontalScrollBar().sizeHint().height() if opened else 0
-        tree.setFixedHeight(min(rows * row + bar, max(row, self.height() // 3))
-                            + 2 * tree.frameWidth() + 2)
 
     def _scope_text(self):
         n = len(self.ctl.selection)

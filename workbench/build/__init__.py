@@ -24,9 +24,9 @@ from pathlib import Path
 import dace
 from dace.codegen import codegen, compiler
 
-from workbench import dace_speed
+from workbench import dace_patches
 from workbench.errors import BuildError, Cancelled, WorkbenchError
-from workbench.build import cancel, configure_seed, errors_at, pch, reuse
+from workbench.build import cancel, errors_at, pch, reuse
 from workbench.build.simplify import failed_pass, simplify_program
 from workbench.build.settings import (apply_build_settings, building_for,  # noqa: F401
                                       cache_dir, fast_build_enabled)
@@ -112,8 +112,7 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
     if target not in TARGETS:
         raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
     apply_build_settings()
-    configure_seed.install()
-    dace_speed.install()
+    dace_patches.install()
     timings = {}
     with progress.phase("expand"):
         t = time.perf_counter()

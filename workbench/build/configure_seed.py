@@ -24,8 +24,9 @@ Rules:
 6. Seeds live in the build cache (``cmake-seeds/``), written to a temporary
    name and renamed, so processes sharing the cache never see half a seed.
 
-DaCe 1.0.2 has no hook around its configure call, so ``install`` wraps
-``dace.codegen.compiler._run_liveoutput`` (the function that runs it);
+DaCe 1.0.2 has no hook around its configure call: ``run_seeded`` runs in
+place of ``dace.codegen.compiler._run_liveoutput`` (the function that runs
+it), a patch installed with the others by ``workbench.dace_patches.install``;
 every other command passes through unchanged. ``WORKBENCH_FAST_BUILD=0``
 turns seeding off with the other build shortcuts.
 """
@@ -33,11 +34,8 @@ import hashlib
 import os
 import re
 import shutil
-import threading
 import uuid
 from pathlib import Path
-
-from dace.codegen import compiler
 
 from workbench.build.settings import cache_dir, fast_build_enabled
 
@@ -45,33 +43,22 @@ CACHE_FILE = "CMakeCache.txt"
 SEEDS = "cmake-seeds"
 _PROGRAM_ARGS = re.compile(r'-D(DACE_SRC_DIR|DACE_FILES|DACE_PROGRAM_NAME)=("[^"]*"|\S*)')
 _VERSION_DIR = re.compile(r"^\d+\.\d+(\.\d+)*$")
-_lock = threading.Lock()
-_installed = False
 
 
-def install() -> None:
-    """Wrap DaCe's command runner once per process."""
-    global _installed
-    with _lock:
-        if _installed:
-            return
-        run = compiler._run_liveoutput
-
-        def run_with_seed(command, shell=False, cwd=None, output_stream=None):
-            configure = _is_configure(command) and cwd is not None and fast_build_enabled()
-            seeded = configure and plant(Path(cwd), command)
-            try:
-                result = run(command, shell=shell, cwd=cwd, output_stream=output_stream)
-            except Exception:
-                if seeded:
-                    drop(command)
-                raise
-            if configure and not seeded:
-                keep(Path(cwd), command)
-            return result
-
-        compiler._run_liveoutput = run_with_seed
-        _installed = True
+def run_seeded(run, command, shell=False, cwd=None, output_stream=None):
+    """``run`` (DaCe's command runner) on ``command``; a configure in an unconfigured
+    folder starts from a seed, and a configure from scratch leaves one."""
+    configure = _is_configure(command) and cwd is not None and fast_build_enabled()
+    seeded = configure and plant(Path(cwd), command)
+    try:
+        result = run(command, shell=shell, cwd=cwd, output_stream=output_stream)
+    except Exception:
+        if seeded:
+            drop(command)
+        raise
+    if configure and not seeded:
+        keep(Path(cwd), command)
+    return result
 
 
 def _is_configure(command) -> bool:
