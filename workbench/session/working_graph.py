@@ -57,8 +57,12 @@ _INSTALLED = weakref.WeakKeyDictionary()
 
 def splice_able(sdfg) -> bool:
     """Whether steps on ``sdfg`` can be spliced: one state (control flow models, with
-    their nested state machines at the top level, are copied whole)."""
-    return sdfg.number_of_nodes() == 1
+    their nested state machines at the top level, are copied whole), on the DaCe whose
+    graph internals (a state's node and edge dicts, its networkx graph, a memlet's
+    back references) this module was written for; on another, every step is applied
+    to a whole copy, as before."""
+    from workbench import dace_patches
+    return sdfg.number_of_nodes() == 1 and dace_patches.dace_version() == dace_patches.WRITTEN_FOR
 
 
 def capture(sdfg) -> Shape:
