@@ -89,7 +89,24 @@ def cpu_args(base: str) -> str:
         args.append("-O3")
     if "-DNDEBUG" not in args:
         args.append("-DNDEBUG")
+    if not any(a.startswith("-std=") for a in args):
+        args += language_standard()
     return shlex.join(args)
+
+
+def language_standard() -> list:
+    """``-std=c++NN`` for DaCe 2.0+, whose runtime headers need C++20 (``std::bit_cast``).
+
+    Its CMakeLists sets the standard on the program target only; the loader stub and the
+    precompiled dace.h (built from these args) must get the same one, or the header is
+    rejected and the stub, which ``-include``s it, fails to compile. DaCe 1.x has no
+    ``compiler.cpp_standard`` setting and needs g++'s default dialect: nothing is added.
+    """
+    try:
+        standard = dace.config.Config.get("compiler", "cpp_standard")
+    except KeyError:
+        return []
+    return [f"-std=c++{standard}"] if standard else []
 
 
 _target = ["cpu"]  # what the build in progress generates code for
