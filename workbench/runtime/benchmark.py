@@ -60,7 +60,11 @@ def contenders(ws, baselines, threads: int, inputs: dict) -> dict:
     # of a small model's run); a program called again and again converts them once.
     # onnxruntime's run() likewise reuses its session and only binds the feeds.
     # The converted arguments are raw pointers: ``args`` must outlive the runner.
-    call_args = build.compiled._construct_args(args)
+    compiled = build.compiled
+    if hasattr(compiled, "construct_arguments"):   # DaCe 2.0 made it public, keyword arguments
+        call_args = compiled.construct_arguments(**args)
+    else:                                            # DaCe 1.0.2
+        call_args = compiled._construct_args(args)
     runners = {"workbench": lambda held=args: build.compiled.fast_call(*call_args)}
     feeds = ws.reference_feeds(inputs)
     for name in baselines:
