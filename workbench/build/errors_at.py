@@ -5,6 +5,7 @@ the SDFG node that wrote that line; the node's label prefix (``<node
 name>__``, see ``workbench.ops.registry``) names the ONNX operator it came
 from, and ``names`` maps that to the ONNX node name a user knows.
 """
+import logging
 import os
 import re
 
@@ -12,6 +13,8 @@ from workbench.build.sourcemap import main_source, node_at_line
 from workbench.errors import CompileError
 
 _LOCATED = re.compile(r"^(?P<file>[^:\s][^:]*):(?P<line>\d+)(:\d+)?: (fatal )?error:")
+
+log = logging.getLogger(__name__)
 
 
 def first_line(text: str) -> str:
@@ -69,7 +72,8 @@ def invalid_node(error, names: dict = None):
         if sdfg is None or state_id is None or node_id is None:
             return None
         return describe_node(sdfg.node(state_id).node(node_id), names)[0]
-    except Exception:
+    except Exception as e:   # the error is reported all the same, without the node's name
+        log.debug("no ONNX node for %s: %s: %s", type(error).__name__, type(e).__name__, e)
         return None
 
 

@@ -13,9 +13,12 @@ Rules:
 3. A node that a match of the transformation touches gets no refusal from it
    (``Transformation.refusals``' contract).
 """
+import logging
 from typing import List, NamedTuple
 
 from workbench import nodeid, transformation_api as transform
+
+log = logging.getLogger(__name__)
 
 
 class Refused(NamedTuple):
@@ -40,7 +43,9 @@ def refusals(ws, nodes) -> List[Refused]:
                     continue
                 try:
                     found = transform.refusals(t, ws.sdfg, ws.model.weights, wanted)
-                except Exception:  # a broken plug-in must not hide the others (rule 2)
+                except Exception as e:  # a broken plug-in must not hide the others (rule 2)
+                    log.warning("%s: asking why it does not apply failed: %s: %s", t.name,
+                                type(e).__name__, e)
                     continue
                 out += [Refused(t.name, t.level, r.node, r.reason) for r in found]
     return out

@@ -34,6 +34,7 @@ Rules:
    UI thread must get a core whenever it asks.
 """
 import itertools
+import logging
 import threading
 import time
 from collections import deque
@@ -41,6 +42,7 @@ from pathlib import Path
 
 from workbench.runtime import worker_process
 
+log = logging.getLogger(__name__)
 
 
 def spec(ws):
@@ -141,7 +143,8 @@ class Replica:
                 try:
                     self.conn.send(("exit",))
                     self.proc.wait(5)
-                except Exception:
+                except Exception as e:   # it did not stop when asked: it is killed
+                    log.debug("the replica worker did not stop when asked (%s); killing it", e)
                     self.proc.kill()
                     self.proc.wait()
             self.proc = self.conn = self.errors = None
