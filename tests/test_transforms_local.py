@@ -1,5 +1,7 @@
 """Local transformations on expanded operators of the bundled models: where they
 match, where they must not, and that the program still matches onnxruntime."""
+import pytest
+
 import workbench
 from workbench import transformation_api as transform
 
@@ -134,3 +136,18 @@ def test_map_schedule_small_map_runs_sequentially():
     ws.apply(found[0])
     assert _matches(ws, "MapSchedule") == []
     _verify(ws)
+
+
+def test_vectorization_leaves_maps_over_bools_alone():
+    """DaCe's vector.h has no vector of bool: a vectorized Cast from a bool comparison
+    failed to compile (found by the step fuzz on zoo:control_flow). Neither found nor
+    replayed from a recorded match."""
+    from workbench.errors import TransformationError
+    from workbench.transformation_api import Match
+    ws = workbench.open("zoo:control_flow")
+    ws.replay([Match("ExpandToMaps", (("node", "main:op:/Cast#0"),))])
+    bool_map = "main:map:Cast__Cast_map#0"
+    offered = [m for m in ws.transformations(predict=False, names={"Vectorization"})]
+    assert all(bool_map not in dict(m.where).values() for m in offered)
+    with pytest.raises(TransformationError, match="no longer applies"):
+        ws.apply(Match("Vectorization", (("map_entry", bool_map),)))

@@ -149,8 +149,11 @@ class DacePattern(Transformation):
     def apply(self, sdfg, match):
         owner, state, nodes = nodeid.resolve_all(sdfg, match.where_dict())
         options = {**self.options, **match.options_dict()} or None
+        # the wrapper's own conditions too: a recorded match (a recipe, a replay) is not
+        # found again, and what they refuse would not compile or not be safe
         if not self.pattern.can_be_applied_to(owner, options=options,
-                                              expr_index=match.expr_index, **nodes):
+                                              expr_index=match.expr_index, **nodes) \
+                or not self.accept(owner, state, nodes):
             raise TransformationError(f"{self.name} no longer applies to {match.description}")
         self.pattern.apply_to(owner, options=options, expr_index=match.expr_index,
                               verify=False, save=False, **nodes)

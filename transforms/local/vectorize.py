@@ -16,16 +16,21 @@ the innermost parameter uses it in its contiguous dimension):
    stride but the contiguous one is a multiple of the vector length, so
    every vector starts on a vector boundary. DaCe adds a scalar loop for a
    remainder when the extent is not a multiple.
+5. Every array accessed as a vector holds 4-byte numbers (float32, int32,
+   uint32): DaCe's vector.h has no vector of bool or float16 (a bool map in a
+   control-flow body failed to compile: ``_vtype<bool, 4>`` is incomplete),
+   and 4 wider elements would break rule 2's 16 bytes.
 """
 import ast
 
 from dace import data as dt
-from dace import symbolic
+from dace import dtypes, symbolic
 from dace.transformation import dataflow as df
 
 from workbench.transformation_api import DacePattern, register
 
 VECTOR = 4  # floats in 16 bytes (see rule 2)
+ELEMENTS = (dtypes.float32, dtypes.int32, dtypes.uint32)   # rule 5
 _ARITHMETIC = (ast.Module, ast.Assign, ast.Expr, ast.Name, ast.Load, ast.Store, ast.Constant,
                ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.USub, ast.UAdd)
 
@@ -44,7 +49,8 @@ def _aligned(sdfg, edge, param) -> bool:
     if edge.data.data is None or param not in map(str, subset.free_symbols):
         return True  # a scalar or broadcast read stays scalar
     desc = sdfg.arrays[edge.data.data]
-    if type(desc) is not dt.Array or not desc.transient or desc.strides[-1] != 1:
+    if type(desc) is not dt.Array or not desc.transient or desc.strides[-1] != 1 \
+            or desc.dtype not in ELEMENTS:
         return False
     begin = subset[len(desc.shape) - 1][0]
     if symbolic.simplify(begin - symbolic.pystr_to_symbolic(param)) != 0:
