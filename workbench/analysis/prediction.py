@@ -29,6 +29,7 @@ whole graph (``Session.predict``). tests/test_gui_predictions.py compares
 both on every match of bundled models and on a sample of a ViT-tiny export.
 """
 import copy
+from dataclasses import dataclass
 
 import dace
 from dace.sdfg import nodes
@@ -47,26 +48,11 @@ def local_delta(sdfg: dace.SDFG, index: StateIndex, transformation, match, weigh
     ``apply_match(t, sdfg, match, weights, original=)`` is
     ``workbench.transformation_api.apply_match`` (passed in: analysis does not
     import the transformation layer). Raises what applying raises."""
-    seeds = []
-    for _, ident in match.where:
-        node = index.by_ident.get(ident)
-        if node is None:   # a state, a nested SDFG's node, or gone
-            return None
-        seeds.append(node)
-    found = index.region(seeds, MAX_REGION_SHARE)
+    found = region_trial(sdfg, index, match, MAX_REGION_SHARE)
     if found is None:
         return None
-    region, boundary = found
-    before, ids, _ = region_sdfg(sdfg, index, region)
-    trial = copy.deepcopy(before)
-    trial_state = trial.nodes()[0]
-    moved = dict(zip(ids, trial_state.nodes()))   # full-graph node -> its copy in trial
-    where = tuple((role, nodeid.identity(trial, trial_state, moved[index.by_ident[ident]]))
-                  for role, ident in match.where)
-    local = type(match)(match.transformation, where, match.description, match.options,
-                        match.expr_index)
-    outside = index.used_outside(region, list(trial.arrays))
-    kept = {name: _desc_json(trial.arrays[name]) for name in outside}
+    before, trial, trial_state, local = found.before, found.trial, found.trial_state, found.local
+    boundary, moved, kept = found.boundary, found.copies, found.kept
     apply_match(transformation, trial, local, None if weights is None else dict(weights),
                 original=before)
     present = set(trial_state.nodes())
@@ -75,10 +61,57 @@ def local_delta(sdfg: dace.SDFG, index: StateIndex, transformation, match, weigh
         if copy_ not in present or copy_.data != node.data:
             return None
     for name, desc in kept.items():
-        if name not in trial.arrays or _desc_json(trial.arrays[name]) != desc:
+        if name not in trial.arrays or desc_json(trial.arrays[name]) != desc:
             return None
     after = data_movement(trial, names, scratch=True).moved_bytes
     return after - data_movement(before, names, scratch=True).moved_bytes
+
+
+@dataclass
+class RegionTrial:
+    """A match's region copied twice (``before`` to measure, ``trial`` to change), with
+    the match naming the trial's nodes (``local``) and what must not change."""
+    region: set
+    boundary: set
+    before: object           # one-state SDFG: the region as it is
+    trial: object            # its copy, for the transformation
+    trial_state: object
+    ordered: list            # the region's full-graph nodes, in the trial state's order
+    live_edges: list         # its full-graph edges, in the trial state's order
+    copies: dict             # full-graph node -> its copy in ``trial``
+    edge_copies: dict        # full-graph edge -> its copy in ``trial``
+    local: object            # the match on ``trial``
+    kept: dict               # array used outside the region -> its descriptor's JSON
+
+
+def region_trial(sdfg, index, match, share: float = 1.0):
+    """The ``RegionTrial`` of ``match``, or None when it names a state, a nested SDFG's
+    node or nothing, or when its region is over ``share`` of the state."""
+    seeds = []
+    for _, ident in match.where:
+        node = index.by_ident.get(ident)
+        if node is None:   # a state, a nested SDFG's node, or gone
+            return None
+        seeds.append(node)
+    if not seeds:   # a whole-model match
+        return None
+    found = index.region(seeds, share)
+    if found is None:
+        return None
+    region, boundary = found
+    before, ordered, live_edges = region_sdfg(sdfg, index, region)
+    trial = copy.deepcopy(before)
+    trial_state = trial.nodes()[0]
+    copies = dict(zip(ordered, trial_state.nodes()))
+    edge_copies = dict(zip(live_edges, trial_state.edges()))
+    where = tuple((role, nodeid.identity(trial, trial_state, copies[index.by_ident[ident]]))
+                  for role, ident in match.where)
+    local = type(match)(match.transformation, where, match.description, match.options,
+                        match.expr_index)
+    kept = {name: desc_json(trial.arrays[name])
+            for name in index.used_outside(region, list(trial.arrays))}
+    return RegionTrial(region, boundary, before, trial, trial_state, ordered, live_edges, copies,
+                       edge_copies, local, kept)
 
 
 def region_sdfg(sdfg, index, region):
@@ -112,6 +145,7 @@ def region_sdfg(sdfg, index, region):
     return sub, ordered, edges
 
 
-def _desc_json(desc) -> str:
+def desc_json(desc) -> str:
+    """A descriptor as comparable text."""
     import json
     return json.dumps(desc.to_json(), sort_keys=True, default=str)

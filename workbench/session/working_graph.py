@@ -40,7 +40,7 @@ import networkx as nx
 from dace.sdfg import nodes
 from dace.sdfg.graph import MultiConnectorEdge
 
-from workbench import nodeid
+from workbench.analysis.prediction import desc_json
 
 
 @dataclass(frozen=True, eq=False)
@@ -192,31 +192,13 @@ def splice(sdfg, index, transformation, match, weights, names):
     that the graph kept before is undone and refused."""
     from workbench import transformation_api as transform
     from workbench.analysis.movement import data_movement
-    from workbench.analysis.prediction import region_sdfg
-    seeds = []
-    for _, ident in match.where:
-        node = index.by_ident.get(ident)
-        if node is None:   # a state, a nested SDFG's node, or gone
-            return None
-        seeds.append(node)
-    if not seeds:   # a whole-model match
-        return None
-    found = index.region(seeds)   # any share: a large region costs its copy, still exact
+    from workbench.analysis.prediction import region_trial
+    found = region_trial(sdfg, index, match)   # any share: a large region costs its copy
     if found is None:
         return None
-    region, boundary = found
-    state = index.state
-    before, ordered, live_edges = region_sdfg(sdfg, index, region)
-    trial = copy.deepcopy(before)
-    trial_state = trial.nodes()[0]
-    copies = dict(zip(ordered, trial_state.nodes()))
-    edge_copies = dict(zip(live_edges, trial_state.edges()))
-    where = tuple((role, nodeid.identity(trial, trial_state, copies[index.by_ident[ident]]))
-                  for role, ident in match.where)
-    local = type(match)(match.transformation, where, match.description, match.options,
-                        match.expr_index)
-    outside = index.used_outside(region, list(trial.arrays))
-    kept = {name: _desc_json(trial.arrays[name]) for name in outside}
+    region, boundary, before, trial, trial_state = (found.region, found.boundary, found.before,
+                                                    found.trial, found.trial_state)
+    copies, edge_copies, local, kept = found.copies, found.edge_copies, found.local, found.kept
     boundary_json = {b: _node_json(copies[b]) for b in boundary}
     properties = _sdfg_properties(trial)
     removed = _record_removals(trial_state)
@@ -272,7 +254,7 @@ def _check_local(sdfg, before, trial, trial_state, copies, boundary, boundary_js
                 or _node_json(twin) != boundary_json[node]:
             raise NotLocal("a boundary access node changed")
     for name, desc in kept.items():
-        if name not in trial.arrays or _desc_json(trial.arrays[name]) != desc:
+        if name not in trial.arrays or desc_json(trial.arrays[name]) != desc:
             raise NotLocal(f"array {name}, used outside the region, changed")
     for name in trial.arrays:
         if name not in before.arrays and name in sdfg.arrays:
@@ -337,7 +319,7 @@ def _spliced_shape(old, region, boundary, copies, edge_copies, trial, trial_stat
         if name not in before.arrays:
             arrays[name] = desc
         elif name in trial.arrays:
-            changed = _desc_json(trial.arrays[name]) != _desc_json(before.arrays[name])
+            changed = desc_json(trial.arrays[name]) != desc_json(before.arrays[name])
             arrays[name] = trial.arrays[name] if changed else desc
     for name, desc in trial.arrays.items():
         if name not in arrays:
@@ -354,10 +336,6 @@ def _broken(sdfg, checks, old, new) -> list:
     kept = {line for check in checks for line in check(sdfg)}
     install(sdfg, new)
     return [line for line in after if line not in kept]
-
-
-def _desc_json(desc) -> str:
-    return json.dumps(desc.to_json(), sort_keys=True, default=str)
 
 
 def _node_json(node) -> str:
