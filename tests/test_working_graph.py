@@ -167,3 +167,15 @@ def test_shapes_install_in_any_order():
         host = ws.timeline[position].sdfg
         if ws.timeline[position].shape is not None:
             assert working_graph.installed(host) is ws.timeline[position].shape
+
+
+def test_global_transformations_take_the_whole_route():
+    """In-place writes and buffer reuse are decided from whole lifetimes, which a region's
+    cut edges hide: after a few in-place steps, a region copy refused a Mul that the whole
+    graph accepts (tests/test_transforms_global.py::test_in_place_elementwise)."""
+    ws = workbench.open("bert-layer")
+    for _ in range(3):
+        match = next(m for m in ws.transformations(predict=False)
+                     if m.transformation == "InPlaceElementwise")
+        ws.apply(match)
+        assert not spliced(ws)

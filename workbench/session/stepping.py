@@ -5,7 +5,9 @@ the live SDFG (``workbench.session.working_graph``): its region is copied,
 changed, validated and measured, and the whole graph is not copied, validated
 or measured again (the new data-movement figure is the old one plus the
 region's change). Any other step (several states, a match naming a state or
-a node inside a nested SDFG, a result that reaches outside its region) is
+a node inside a nested SDFG, a result that reaches outside its region, a
+global-level transformation, whose choice rests on whole-program facts such
+as every array's lifetime, which a region's cut edges do not show) is
 applied to a copy of the whole graph, validated and measured whole, as
 before. Either way a step that fails leaves the session exactly as it was.
 
@@ -107,7 +109,8 @@ class SessionSteps:
         when it cannot be (nothing changed then)."""
         from workbench.analysis.movement import compulsory_bytes, with_region_change
         current = self.timeline.current
-        if current.sdfg is not self.sdfg or not working_graph.splice_able(self.sdfg):
+        if current.sdfg is not self.sdfg or not working_graph.splice_able(self.sdfg) \
+                or t.level == "global":   # decided from whole-program facts (lifetimes)
             return None
         index = self._state_index()
         if current.shape is None:   # a whole step's object becomes a host (history rule 1)
