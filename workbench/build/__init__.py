@@ -12,8 +12,6 @@ precompiled dace.h (``pch``); a new folder's first configure starts from an
 earlier one's (``configure_seed``). ``WORKBENCH_FAST_BUILD=0`` turns the last
 three off.
 """
-import copy
-import math
 import logging
 import os
 import time
@@ -25,14 +23,11 @@ import dace
 from dace.codegen import codegen, compiler
 
 from workbench import dace_patches
-from workbench.errors import BuildError, Cancelled, WorkbenchError
+from workbench.errors import BuildError, Cancelled
 from workbench.build import cancel, errors_at, pch, reuse
-from workbench.build.simplify import failed_pass, simplify_program
+from workbench.build.prepare import before_codegen, prepared
 from workbench.build.settings import (apply_build_settings, building_for,  # noqa: F401
-                                      cache_dir, fast_build_enabled)
-from workbench.build.nested_views import distinct_nested_view_names
-from workbench.build.storage import heap_for_large_transients, persistent_expansion_buffers
-from workbench.ops.index_maps import strides as row_major
+                                      cache_dir, fast_build_enabled, unit_builds_enabled)
 from workbench.progress import SILENT
 
 log = logging.getLogger("workbench.build")
@@ -49,6 +44,7 @@ class Build:
     timings: dict = field(default_factory=dict)
     precompiled_header: Path = None   # the -include'd header, when one was used
     arch: str = None                  # GPU: the CUDA architecture compiled for ("80")
+    units: dict = None                # by units: how many, how many distinct, how many compiled
 
     @property
     def seconds(self) -> float:
@@ -93,7 +89,7 @@ def process_alive(pid: int) -> bool:
 
 def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SILENT,
                  simplify: bool = True, instrument_with=None, names: dict = None,
-                 defer_compile: bool = False) -> Build:
+                 defer_compile: bool = False, by_units: bool = None) -> Build:
     """Expand, generate and compile ``sdfg`` (a copy) inside ``folder``.
 
     A compiler error raises ``CompileError`` naming the ONNX node whose code
@@ -108,34 +104,29 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
     session does; one still held is unloaded if idle, else left loaded and
     the new library is loaded from a copy. ``defer_compile`` returns, after code
     generation, a function that compiles and loads (see ``compile_together``).
+
+    A one-state CPU program is built by units (``build.units``: each operator
+    compiled once into a content-keyed cache, a thin program calling them) unless
+    ``by_units`` is False or ``WORKBENCH_UNIT_BUILDS=0``; anything else as one program.
     """
     if target not in TARGETS:
         raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
     apply_build_settings()
     dace_patches.install()
-    timings = {}
+    if target == "cpu" and (unit_builds_enabled() if by_units is None else by_units):
+        from workbench.build import units
+        try:
+            return units.compile_by_units(sdfg, folder, progress=progress, names=names,
+                                          simplify=simplify, timers=instrument_with is not None,
+                                          defer_compile=defer_compile)
+        except units.NotSplittable as e:
+            log.info("building '%s' as one program: %s", sdfg.name, e)
     with progress.phase("expand"):
-        t = time.perf_counter()
-        program = _expanded(sdfg, folder, target)
-        timings["expand"] = time.perf_counter() - t
-    if simplify:
-        with progress.phase("simplify"):
-            t = time.perf_counter()
-            program = _simplified(program, sdfg, folder, target)
-            timings["simplify"] = time.perf_counter() - t
-    if instrument_with is not None:  # timers go on the final, simplified program
-        instrument_with(program)
+        program, timings = prepared(sdfg, folder, target, simplify, instrument_with)
     with progress.phase("generate code"):
         t = time.perf_counter()
-        distinct_nested_view_names(program)
-        if target == "cpu":
-            heap_for_large_transients(program)
-            persistent_expansion_buffers(program)
-        else:  # what DaCe's CUDA code generator needs (see the module)
-            from workbench.build.cuda.kernel_fixes import prepare_for_cuda
-            prepare_for_cuda(program)
         try:
-            program.fill_scope_connectors()
+            before_codegen(program, target)
             objects = codegen.generate_code(program, validate=True)
         except Exception as e:
             where = errors_at.invalid_node(e, names)
@@ -152,59 +143,6 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
         return lambda: _compile_and_load(program, program_folder, header, timings, progress,
                                          names)
     return _compile_and_load(program, program_folder, header, timings, progress, names)
-
-
-def row_major_transients(program) -> None:
-    """Give transients laid out for CPU libraries (ChannelsLast) row-major strides again:
-    the GPU build runs no oneDNN, and its kernels read row-major data. Memlets are
-    logical indices, so the program's meaning is unchanged."""
-    for desc in program.arrays.values():
-        dense = desc.total_size == math.prod(desc.shape)  # a permuted layout, no padding
-        if desc.transient and type(desc) is dace.data.Array and dense:
-            desc.strides = tuple(row_major(desc.shape))
-
-
-def _expanded(sdfg, folder, target) -> dace.SDFG:
-    """A copy of ``sdfg`` in ``folder`` with every operator expanded for ``target``."""
-    program = copy.deepcopy(sdfg)
-    program.build_folder = str(Path(folder) / program.name)
-    if target == "gpu":  # before expansion, so operators expand for the GPU
-        row_major_transients(program)
-        # without its simplify: dead dataflow elimination would drop the edge of an
-        # operator output nothing reads (GRU's Y), and the operator could not expand
-        program.apply_gpu_transformations(simplify=False)
-    try:
-        with building_for(target):
-            program.expand_library_nodes(recursive=True)
-    except WorkbenchError:
-        raise  # typed already (an unsupported case names its node)
-    except Exception as e:
-        raise BuildError(f"expanding the operators of '{program.name}' failed: "
-                         f"{type(e).__name__}: {_first_line(str(e))}") from e
-    return program
-
-
-def _simplified(program, sdfg, folder, target) -> dace.SDFG:
-    """``program`` simplified; when DaCe's array or dead dataflow elimination breaks on
-    it (see ``build.simplify``), a fresh expansion simplified without that pass."""
-    try:
-        simplify_program(program)
-        return program
-    except Exception as e:
-        skip = failed_pass(e)
-        if skip is None:
-            raise BuildError(f"simplifying '{program.name}' failed: {type(e).__name__}: "
-                             f"{_first_line(str(e))}") from e
-        first = e
-    log.warning("DaCe's %s failed on '%s' (%s: %s); building without it",
-                skip, sdfg.name, type(first).__name__, _first_line(str(first)))
-    program = _expanded(sdfg, folder, target)
-    try:
-        simplify_program(program, skip={skip})
-    except Exception as e:
-        raise BuildError(f"simplifying '{program.name}' failed, with and without {skip}: "
-                         f"{type(e).__name__}: {_first_line(str(e))}") from e
-    return program
 
 
 def compile_together(jobs: list) -> list:

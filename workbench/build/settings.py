@@ -156,3 +156,10 @@ def blas_implementation():
     if os.environ.get("MKLROOT") and IntelMKL.is_installed():
         return "MKL"
     return None
+
+
+def unit_builds_enabled() -> bool:
+    """Build one-state CPU programs by units (``build.units``), unless
+    ``WORKBENCH_UNIT_BUILDS=0``."""
+    return os.environ.get("WORKBENCH_UNIT_BUILDS", "1").strip().lower() not in ("0", "no",
+                                                                               "false", "off")

@@ -1,0 +1,119 @@
+"""Builds by units: a rebuild compiles what changed, not the network.
+
+A one-state CPU program is cut into units (``split``: one per top-level
+operator or copy), each keyed by its content (``keys``: code, shapes, types,
+strides, compiler and flags; not array names or labels). A unit whose key is
+in the on-disk cache (``cache``, shared by sessions and processes) is not
+generated nor compiled again; the others are generated one after another in
+this thread and compiled side by side (``compile``). A thin program
+(``program``) allocates the session's transients, computes the views, and
+calls the units in a topological order of the state; it has DaCe's C
+interface, so everything that runs a ``Build`` runs it.
+
+So a step that changes three operators compiles three units, the twelve
+layers of a ViT compile their operators once, and a second session (or
+process) building the same network compiles only the thin program.
+"""
+import copy
+import logging
+import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from workbench.build import reuse
+from workbench.build.units import cache, keys, program
+from workbench.build.units.split import NotSplittable, split
+from workbench.errors import BuildError, Cancelled
+from workbench.progress import SILENT
+
+log = logging.getLogger("workbench.build")
+
+
+def why_not(sdfg):
+    """Why ``sdfg`` cannot be built by units, or None when it can."""
+    try:
+        split(sdfg)
+    except NotSplittable as e:
+        return str(e)
+    return None
+
+
+def compile_by_units(sdfg, folder: Path, progress=SILENT, names: dict = None,
+                     simplify: bool = True, timers: bool = False, defer_compile: bool = False):
+    """A ``Build`` of ``sdfg`` made of cached and freshly compiled units."""
+    from workbench.build import Build, _precompiled_header
+    from workbench.build.units import compile as unit_compile
+    timings = {}
+    t = time.perf_counter()
+    with progress.phase("split into units"):
+        layout = split(sdfg)
+        for unit in layout.units:
+            unit.key = keys.unit_key(unit.sdfg) + ("" if simplify else "-unsimplified")
+    timings["split"] = time.perf_counter() - t
+    first = {}
+    for unit in layout.units:
+        first.setdefault(unit.key, unit)
+    infos = {key: cache.lookup(key) for key in first}
+    missing = [first[key] for key, info in infos.items() if info is None]
+    header = _precompiled_header(progress, timings) if missing else None
+    work = Path(folder) / "unit-work"
+    cancel_event = getattr(progress, "cancel_event", None)
+    codegen_s = 0.0
+    t = time.perf_counter()
+    with progress.phase(f"compile {len(missing)} of {len(first)} distinct units "
+                        f"({len(layout.units)} in all)"):
+        with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
+            pending, by_recipe = [], {}
+            for unit in missing:
+                if cancel_event is not None and cancel_event.is_set():
+                    raise Cancelled("the build was cancelled; nothing changed")
+                g = time.perf_counter()
+                try:
+                    gen = unit_compile.generate(unit, work, simplify)
+                except BuildError:
+                    raise
+                except Exception as e:
+                    raise BuildError(f"generating the code of '{unit.label}' failed: "
+                                     f"{type(e).__name__}: {str(e).strip()[:400]}") from e
+                codegen_s += time.perf_counter() - g
+                envs = tuple(gen.environments)
+                if unit_compile._known_recipe(gen.environments) is None and envs in by_recipe:
+                    by_recipe[envs].result()   # the first of a set of environments makes its recipe
+                future = pool.submit(unit_compile.compile_generated, gen, names)
+                by_recipe.setdefault(envs, future)
+                pending.append((unit, gen, future))
+            for unit, gen, future in pending:
+                future.result()
+                infos[unit.key] = gen.info
+                shutil.rmtree(gen.folder, ignore_errors=True)
+    timings["codegen"] = codegen_s
+    timings["compile"] = time.perf_counter() - t - codegen_s
+    if missing:
+        cache.evict()
+    t = time.perf_counter()
+    program_folder = Path(folder) / sdfg.name
+    libraries = {key: str(cache.link_into(key, program_folder / "units", f"{info['name']}.so"))
+                 for key, info in infos.items()}
+    text = program.source(sdfg, layout, libraries, infos, program_folder / "perf")
+    source_file = program_folder / "src" / "cpu" / f"{sdfg.name}.cpp"
+    source_file.parent.mkdir(parents=True, exist_ok=True)
+    source_file.write_text(text)
+    library = program_folder / "units-build" / f"lib{sdfg.name}.so"
+    library.parent.mkdir(parents=True, exist_ok=True)
+
+    def finish():
+        program.compile_program(source_file, library, timers)
+        program.place_stub(library, sdfg.name)
+        timings["program"] = time.perf_counter() - t
+        t_load = time.perf_counter()
+        loaded_sdfg = copy.deepcopy(sdfg)
+        loaded_sdfg.build_folder = str(program_folder)
+        compiled = reuse.load_program(str(library), loaded_sdfg)
+        timings["load"] = time.perf_counter() - t_load
+        return Build(compiled, loaded_sdfg, program_folder, "cpu", timings, header,
+                     units={"units": len(layout.units), "distinct": len(first),
+                            "compiled": len(missing)})
+
+    return finish if defer_compile else finish()

@@ -1,0 +1,82 @@
+"""Content keys of units: what makes two units the same compiled code.
+
+A key covers the unit's standalone SDFG with every name that only names
+(node labels, ONNX names, debug locations, memlet GUIDs) blanked, plus
+everything outside it that changes the code: the DaCe version, the
+compiler and its flags, the BLAS and oneDNN choices, and the workbench's
+own sources (the operators' expansions live there). Array names are already
+canonical (``split``), so the same operator on other arrays has the same key.
+"""
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import dace
+from dace.config import Config
+
+_NAMING = ("label", "name", "onnx_name", "debuginfo")
+_salt = {}
+
+
+def unit_key(unit_sdfg) -> str:
+    tree = unit_sdfg.to_json()
+    _blank(tree)
+    text = re.sub(r'"guid": "[^"]*"', '"guid": ""', json.dumps(tree, sort_keys=True))
+    return hashlib.sha256((salt() + text).encode()).hexdigest()
+
+
+def _blank(tree) -> None:
+    if isinstance(tree, dict):
+        attributes = tree.get("attributes")
+        if isinstance(attributes, dict):
+            for name in _NAMING:
+                if name in attributes:
+                    attributes[name] = None
+        if "label" in tree and isinstance(tree["label"], str):
+            tree["label"] = ""
+        for value in tree.values():
+            _blank(value)
+    elif isinstance(tree, list):
+        for value in tree:
+            _blank(value)
+
+
+def salt() -> str:
+    """Everything besides the unit that its code depends on (computed once per setting)."""
+    from workbench.build import onednn, pch
+    from workbench.build.settings import blas_implementation
+    cxx = pch.compiler_path() or ""
+    parts = [dace.__version__, cxx, str(_mtime(cxx)), Config.get("compiler", "cpu", "args") or "",
+             str(Config.get("compiler", "build_type")), str(blas_implementation()),
+             os.environ.get("WORKBENCH_ONEDNN", "1"), str(onednn.available()), _sources()]
+    if onednn.available():
+        parts.append(str(onednn.library_file()))
+    text = "\n".join(parts)
+    if text not in _salt:
+        _salt[text] = hashlib.sha256(text.encode()).hexdigest()
+    return _salt[text]
+
+
+def _mtime(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
+
+
+_source_digest = []
+
+
+def _sources() -> str:
+    """A digest of the workbench's and the transformations' Python sources (once per process)."""
+    if not _source_digest:
+        digest = hashlib.sha256()
+        root = Path(__file__).resolve().parents[3]
+        for package in ("workbench", "transforms"):
+            for path in sorted((root / package).rglob("*.py")):
+                digest.update(str(path.relative_to(root)).encode())
+                digest.update(path.read_bytes())
+        _source_digest.append(digest.hexdigest())
+    return _source_digest[0]
