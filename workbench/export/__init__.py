@@ -27,7 +27,7 @@ SEED = 0
 def export_session(ws, folder, target: str = "cpu") -> dict:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    build = ws.build(target=target)
+    build = ws.build(target=target, whole=True)   # one program, not units calling units
     _write_json_gz(folder / "session.sdfgz", ws.sdfg.to_json())
     _write_json_gz(folder / "program.sdfgz", build.sdfg.to_json())
     ws.save_recipe(folder / "recipe.json")

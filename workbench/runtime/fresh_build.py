@@ -41,7 +41,8 @@ def main(argv=None) -> int:
     build = ws.build()
     built = time.perf_counter()
     print(json.dumps({"open_s": opened - t, "replay_s": replayed - opened,
-                      "build_s": built - replayed, "phases": dict(build.timings)}))
+                      "build_s": built - replayed, "phases": dict(build.timings),
+                      "units": build.units}))
     return 0
 
 

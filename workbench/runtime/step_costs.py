@@ -168,6 +168,18 @@ def _opened(open_session):
     return ws
 
 
+def _note_units(costs, what: str, build) -> None:
+    if build.units:
+        costs.notes.append(f"{what}: {_units_text(build.units)}")
+    else:
+        costs.notes.append(f"{what}: as one program (not by units)")
+
+
+def _units_text(units: dict) -> str:
+    return (f"{units['compiled']} units compiled of {units['distinct']} distinct, "
+            f"{units['units']} in all")
+
+
 def measure(open_session, recipe: str = "auto", fresh_build=None) -> StepCosts:
     """Time the actions above; ``open_session()`` imports the model and returns a Session;
     ``fresh_build(steps)`` (optional) builds the session's recipe steps in a new process
@@ -193,18 +205,24 @@ def measure(open_session, recipe: str = "auto", fresh_build=None) -> StepCosts:
         costs.notes.append("no listed match applied")
     added, costs.auto_s = _timed(lambda: ws.optimize(recipe))
     costs.auto_steps = len(added)
-    build, costs.build_cold_s = _timed(ws.build)
-    costs.build_phases = dict(build.timings)
-    costs.rebuild_step = _apply_first(ws, ws.transformations(predict=False))
-    if costs.rebuild_step:
-        build, costs.rebuild_s = _timed(ws.build)
-        costs.rebuild_phases = dict(build.timings)
-    else:
-        costs.notes.append(f"nothing applied after {recipe}: no rebuild measured")
-    if fresh_build is not None:
-        child = fresh_build(ws.recipe_steps())
-        if "error" in child:
-            costs.notes.append(f"second cold build: {child['error']}")
+    from workbench.build.units.cache import empty_cache
+    with empty_cache():   # cold: no unit compiled before (the fresh process shares it)
+        build, costs.build_cold_s = _timed(ws.build)
+        costs.build_phases = dict(build.timings)
+        _note_units(costs, "cold build", build)
+        costs.rebuild_step = _apply_first(ws, ws.transformations(predict=False))
+        if costs.rebuild_step:
+            build, costs.rebuild_s = _timed(ws.build)
+            costs.rebuild_phases = dict(build.timings)
+            _note_units(costs, "rebuild", build)
         else:
-            costs.fresh_build_s, costs.fresh_phases = child["build_s"], child["phases"]
+            costs.notes.append(f"nothing applied after {recipe}: no rebuild measured")
+        if fresh_build is not None:
+            child = fresh_build(ws.recipe_steps())
+            if "error" in child:
+                costs.notes.append(f"second cold build: {child['error']}")
+            else:
+                costs.fresh_build_s, costs.fresh_phases = child["build_s"], child["phases"]
+                if child.get("units"):
+                    costs.notes.append(f"second cold build: {_units_text(child['units'])}")
     return costs

@@ -21,13 +21,15 @@ class SessionBuilds:
         self._timed_build = None
         self._timed_key = None
 
-    def build(self, target: str = "cpu"):
-        """Compile the current SDFG (reused while the SDFG is unchanged)."""
-        key = (target, self._sdfg_key())
+    def build(self, target: str = "cpu", whole: bool = False):
+        """Compile the current SDFG (reused while the SDFG is unchanged). ``whole``: as one
+        program, never by units (``build.units``), as an exported program must be."""
+        key = (target, self._sdfg_key()) + (("whole",) if whole else ())
         build = self._builds.pop(key, None)
         if build is None:
             slot = self._free_slot()
-            build = compile_sdfg(**self._job(f"{self.build_slot}-{slot}", target=target))
+            build = compile_sdfg(**self._job(f"{self.build_slot}-{slot}", target=target,
+                                             **({"by_units": False} if whole else {})))
             self._slots[key] = slot
         self._builds[key] = build  # now the most recently used
         self._build = build

@@ -98,7 +98,9 @@ def compile_by_units(sdfg, folder: Path, progress=SILENT, names: dict = None,
                  for key, info in infos.items()}
     text = program.source(sdfg, layout, libraries, infos, program_folder / "perf")
     source_file = program_folder / "src" / "cpu" / f"{sdfg.name}.cpp"
-    source_file.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(source_file.parent, ignore_errors=True)   # an earlier build's units
+    for key, info in infos.items():   # beside the program's, for the code panel to show
+        cache.link_into(key, source_file.parent, f"{info['name']}.cpp", cache.SOURCE)
     source_file.write_text(text)
     library = program_folder / "units-build" / f"lib{sdfg.name}.so"
     library.parent.mkdir(parents=True, exist_ok=True)

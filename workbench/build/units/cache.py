@@ -20,11 +20,12 @@ from pathlib import Path
 from workbench.build.settings import cache_dir
 
 log = logging.getLogger("workbench.build")
-LIBRARY, META = "unit.so", "meta.json"
+LIBRARY, META, SOURCE = "unit.so", "meta.json", "unit.cpp"
 
 
 def root() -> Path:
-    folder = cache_dir() / "units"
+    """``$WORKBENCH_UNIT_CACHE``, else ``units`` in the workbench's cache."""
+    folder = Path(os.environ.get("WORKBENCH_UNIT_CACHE") or cache_dir() / "units").expanduser()
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -49,11 +50,14 @@ def lookup(key: str):
     return info
 
 
-def publish(key: str, library: Path, info: dict) -> None:
-    """Put a freshly compiled unit into the cache (atomically; a racing twin is dropped)."""
+def publish(key: str, library: Path, info: dict, source: Path = None) -> None:
+    """Put a freshly compiled unit (and its C++, for reading) into the cache, atomically;
+    a racing twin is dropped."""
     staging = root() / "staging" / f"{os.getpid()}-{time.time_ns()}-{key[:16]}"
     staging.mkdir(parents=True)
     shutil.copyfile(library, staging / LIBRARY)
+    if source is not None and source.is_file():
+        shutil.copyfile(source, staging / SOURCE)
     (staging / META).write_text(json.dumps(info, sort_keys=True))
     final = entry(key)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -63,12 +67,14 @@ def publish(key: str, library: Path, info: dict) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def link_into(key: str, folder: Path, name: str) -> Path:
-    """The unit's library hard-linked (or copied) into ``folder`` as ``name``."""
+def link_into(key: str, folder: Path, name: str, what: str = LIBRARY) -> Path:
+    """The unit's library (or ``what``) hard-linked (or copied) into ``folder`` as ``name``."""
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / name
     if not target.exists():
-        source = entry(key) / LIBRARY
+        source = entry(key) / what
+        if not source.exists():
+            return None
         try:
             os.link(source, target)
         except OSError:
@@ -120,3 +126,23 @@ def drop_stale_staging(age_s: float = 3600) -> None:
                 shutil.rmtree(folder, ignore_errors=True)
         except OSError:
             pass
+
+
+class empty_cache:
+    """A context in which the unit cache is a new, empty folder (for measuring a cold
+    build); child processes started inside share it. The folder goes afterwards."""
+
+    def __enter__(self):
+        import tempfile
+        self.saved = os.environ.get("WORKBENCH_UNIT_CACHE")
+        self.folder = tempfile.mkdtemp(prefix="units-cold-", dir=cache_dir())
+        os.environ["WORKBENCH_UNIT_CACHE"] = self.folder
+        return Path(self.folder)
+
+    def __exit__(self, *exc):
+        if self.saved is None:
+            os.environ.pop("WORKBENCH_UNIT_CACHE", None)
+        else:
+            os.environ["WORKBENCH_UNIT_CACHE"] = self.saved
+        shutil.rmtree(self.folder, ignore_errors=True)
+        return False

@@ -78,7 +78,7 @@ def compile_generated(gen: Generated, names: dict = None) -> Path:
         if done.returncode != 0:
             raise errors_at.compile_error(gen.program, gen.folder, done.stdout + done.stderr,
                                           names)
-    cache.publish(gen.key, library, gen.info)
+    cache.publish(gen.key, library, gen.info, _source(gen))
     return library
 
 

@@ -144,6 +144,7 @@ class _Builder:
                 desc = desc.as_array()
             desc = copy.deepcopy(desc)
             desc.transient = False
+            desc.optional = False   # always passed
             desc.storage = dace.StorageType.Default
             desc.lifetime = dace.AllocationLifetime.Scope
             self.names[name] = f"c{len(self.names)}"
@@ -217,7 +218,35 @@ def _unit(sdfg, state, anchor, inner: list) -> Unit:
             build.state.add_edge(copies[edge.src], edge.src_conn, build.access_node(edge.dst),
                                  edge.dst_conn, build.memlet(edge.data))
     _check_scalars(build, anchor)
+    _canonical_connectors(build)
     return Unit(anchor.label, state.node_id(anchor), build.sdfg, build.data())
+
+
+def _canonical_connectors(build: _Builder) -> None:
+    """Scope connectors named after arrays (``IN_x``/``OUT_x``) renamed after the arrays'
+    canonical names, so that the name of an array does not reach the unit's key."""
+    for node in build.state.nodes():
+        if not isinstance(node, (nodes.EntryNode, nodes.ExitNode)):
+            continue
+        renames = {}
+        for conn in list(node.in_connectors) + list(node.out_connectors):
+            prefix, _, rest = conn.partition("_")
+            if prefix in ("IN", "OUT") and rest in build.names:
+                renames[conn] = f"{prefix}_{build.names[rest]}"
+        taken = (set(node.in_connectors) | set(node.out_connectors)) - set(renames)
+        if not renames or len(set(renames.values())) < len(renames) or taken & set(renames.values()):
+            continue   # a clash: keep the names (the key is only less shared)
+        for old, new in renames.items():
+            if old in node.in_connectors:
+                node.add_in_connector(new, node.in_connectors[old])
+                node.remove_in_connector(old)
+            if old in node.out_connectors:
+                node.add_out_connector(new, node.out_connectors[old])
+                node.remove_out_connector(old)
+        for edge in build.state.in_edges(node):
+            edge.dst_conn = renames.get(edge.dst_conn, edge.dst_conn)
+        for edge in build.state.out_edges(node):
+            edge.src_conn = renames.get(edge.src_conn, edge.src_conn)
 
 
 def _copy_unit(sdfg, state, edge) -> Unit:
