@@ -46,6 +46,8 @@ def source_map(build, names: dict):
     from workbench.analysis.movement import operator_name
     from workbench.build.sourcemap import node_spans
     by_label, by_op, by_data = defaultdict(list), defaultdict(list), defaultdict(list)
+    if build.units:
+        return _unit_source_map(build, names, by_label, by_op, by_data)
     for node, span in node_spans(build.sdfg, build.folder):
         if isinstance(node, dn.AccessNode):
             by_data[node.data].append(span)
@@ -54,6 +56,38 @@ def source_map(build, names: dict):
         label = node.map.label if is_map else node.label
         by_label[label].append(span)
         by_op[operator_name(node, names)].append(span)
+    return by_label, by_op, by_data
+
+
+def source_parts(build) -> list:
+    """(file, text) of the build's C++ as the panel shows it: the program's file first,
+    then each other file under a ``// ==== name ====`` line."""
+    files = sorted((Path(build.folder) / "src" / "cpu").glob("*.cpp"))
+    main = [f for f in files if f.stem == build.sdfg.name] or files
+    ordered = main[:1] + [f for f in files if f not in main[:1]]
+    return [(f, (f"\n// ==== {f.name} ====\n" if i else "") + f.read_text(errors="replace"))
+            for i, f in enumerate(ordered)]
+
+
+UNIT_CALL = re.compile(r"^\s*// unit: (?P<label>.*) -> (?P<unit>u_\w+)$")
+
+
+def _unit_source_map(build, names, by_label, by_op, by_data):
+    """A build by units: a node's ranges are its call in the program and its unit's file."""
+    from workbench.analysis.movement import owner_name
+    parts = source_parts(build)
+    line, sections = 1, {}
+    for i, (f, text) in enumerate(parts):
+        sections[f.stem] = (line + (2 if i else 0), line + text.count("\n"))
+        line += text.count("\n")
+    program = parts[0][1].split("\n") if parts else []
+    for number, text in enumerate(program, 1):
+        call = UNIT_CALL.match(text)
+        if call:
+            ranges = [(number, number + 4)] + ([sections[call["unit"]]]
+                                                if call["unit"] in sections else [])
+            by_label[call["label"]] += ranges
+            by_op[owner_name(call["label"], names) or call["label"]] += ranges
     return by_label, by_op, by_data
 
 
@@ -112,12 +146,9 @@ class CodePanel(QWidget):
     def show_build(self, build):
         self.info.setStyleSheet("")
         self.failed_line = None
-        files = sorted((Path(build.folder) / "src" / "cpu").glob("*.cpp"))
-        main = [f for f in files if f.stem == build.sdfg.name] or files
-        parts = [f.read_text(errors="replace") for f in main[:1]]
-        parts += [f"\n// ==== {f.name} ====\n" + f.read_text(errors="replace")
-                  for f in files if f not in main[:1]]
-        self.text.setPlainText("".join(parts))
+        parts = source_parts(build)
+        files = [f for f, _ in parts]
+        self.text.setPlainText("".join(text for _, text in parts))
         self.maps = getattr(build, "gui_source_map", None) or ({}, {}, {})
         self.build_position = self.ctl.ws.position
         lines = self.text.document().blockCount()

@@ -21,9 +21,11 @@ N = 1024
 
 @pytest.fixture(scope="module", autouse=True)
 def cache(tmp_path_factory):
-    """Build folders for this module; the header lives in conftest's test cache."""
+    """Build folders for this module; the header lives in conftest's test cache. The
+    whole-program builder is what this module tests (units: test_unit_builds.py)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("WORKBENCH_FAST_BUILD", "1")
+        mp.setenv("WORKBENCH_UNIT_BUILDS", "0")
         yield tmp_path_factory.mktemp("builds")
 
 

@@ -13,7 +13,8 @@ def register(sub):
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--baseline",
-                   help="comma-separated: onnxruntime, torch (default onnxruntime)")
+                   help="comma-separated: onnxruntime, torch, whole (the same program built as "
+                        "one, not by units) (default onnxruntime)")
     p.add_argument("--plot", metavar="OUT.png", help="bar chart of per-operator and total times "
                    "(--zoo: of the ratio per model)")
     p.add_argument("--interactive", action="store_true",

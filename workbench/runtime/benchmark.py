@@ -27,7 +27,7 @@ from workbench.errors import BadInputError
 from workbench.runtime.reference import ort_session
 from workbench.runtime.threads import set_threads
 
-BASELINES = ("onnxruntime", "torch")
+BASELINES = ("onnxruntime", "torch", "whole")   # whole: the program built as one, not by units
 
 
 @dataclass
@@ -54,27 +54,32 @@ class BenchResult:
 
 def contenders(ws, baselines, threads: int, inputs: dict) -> dict:
     """name -> zero-argument callable running one inference."""
-    build = ws.build()
-    args, _ = ws.call_args(build, inputs)
-    # DaCe's __call__ checks and converts every argument on each call (~0.1 ms, a third
-    # of a small model's run); a program called again and again converts them once.
-    # onnxruntime's run() likewise reuses its session and only binds the feeds.
-    # The converted arguments are raw pointers: ``args`` must outlive the runner.
-    compiled = build.compiled
-    if hasattr(compiled, "construct_arguments"):   # DaCe 2.0 made it public, keyword arguments
-        call_args = compiled.construct_arguments(**args)
-    else:                                            # DaCe 1.0.2
-        call_args = compiled._construct_args(args)
-    runners = {"workbench": lambda held=args: build.compiled.fast_call(*call_args)}
+    runners = {"workbench": _program_runner(ws, ws.build(), inputs)}
     feeds = ws.reference_feeds(inputs)
     for name in baselines:
-        if name == "onnxruntime":
+        if name == "whole":   # the same SDFG built as one program, not by units
+            runners[name] = _program_runner(ws, ws.build(whole=True), inputs)
+        elif name == "onnxruntime":
             runners[name] = _ort_runner(ort_session(ws.model.reference_model, threads), feeds)
         elif name == "torch":
             runners[name] = _torch_runner(ws, feeds, threads)
         else:
             raise BadInputError(f"unknown baseline '{name}'; choose from {', '.join(BASELINES)}.")
     return runners
+
+
+def _program_runner(ws, build, inputs):
+    # DaCe's __call__ checks and converts every argument on each call (~0.1 ms, a third
+    # of a small model's run); a program called again and again converts them once.
+    # onnxruntime's run() likewise reuses its session and only binds the feeds.
+    # The converted arguments are raw pointers: ``args`` must outlive the runner.
+    args, _ = ws.call_args(build, inputs)
+    compiled = build.compiled
+    if hasattr(compiled, "construct_arguments"):   # DaCe 2.0 made it public, keyword arguments
+        call_args = compiled.construct_arguments(**args)
+    else:                                            # DaCe 1.0.2
+        call_args = compiled._construct_args(args)
+    return lambda held=args: compiled.fast_call(*call_args)
 
 
 def _ort_runner(sess, feeds):

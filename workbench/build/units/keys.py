@@ -20,11 +20,12 @@ _NAMING = ("label", "name", "onnx_name", "debuginfo")
 _salt = {}
 
 
-def unit_key(unit_sdfg) -> str:
+def unit_key(unit_sdfg, salted: str = None) -> str:
+    """The unit's key; ``salted``: ``salt()``, when the caller computed it once for many."""
     tree = unit_sdfg.to_json()
     _blank(tree)
     text = re.sub(r'"guid": "[^"]*"', '"guid": ""', json.dumps(tree, sort_keys=True))
-    return hashlib.sha256((salt() + text).encode()).hexdigest()
+    return hashlib.sha256(((salted or salt()) + text).encode()).hexdigest()
 
 
 def _blank(tree) -> None:
@@ -69,13 +70,20 @@ def _mtime(path: str) -> int:
 _source_digest = []
 
 
+# Where the code of a unit comes from: the operators' expansions (ops), the build's own
+# passes and patches. An edit elsewhere (the GUI, the CLI) keeps the cache valid.
+CODE_SOURCES = ("workbench/ops", "workbench/build", "workbench/dace_patches.py",
+                "workbench/dace_speed.py")
+
+
 def _sources() -> str:
-    """A digest of the workbench's and the transformations' Python sources (once per process)."""
+    """A digest of the Python sources that shape a unit's code (once per process)."""
     if not _source_digest:
         digest = hashlib.sha256()
         root = Path(__file__).resolve().parents[3]
-        for package in ("workbench", "transforms"):
-            for path in sorted((root / package).rglob("*.py")):
+        for package in CODE_SOURCES:
+            paths = [root / package] if package.endswith(".py") else (root / package).rglob("*.py")
+            for path in sorted(paths):
                 digest.update(str(path.relative_to(root)).encode())
                 digest.update(path.read_bytes())
         _source_digest.append(digest.hexdigest())

@@ -79,6 +79,7 @@ def source(sdfg, layout, libraries: dict, infos: dict, perf_folder: Path) -> str
         info = infos[unit.key]
         args = [f"s->unit[{u}]"] + [_argument(pointers[unit.data[a]], info["types"][a])
                                     for a in info["signature"]]
+        out.append(f"  // unit: {_safe(unit.label)} -> {info['name']}")
         out.append("#ifdef WB_TIMERS")
         out.append("  { double t = wb_now();")
         out.append("#endif")
@@ -147,7 +148,7 @@ def _quote(text) -> str:
 
 
 def _safe(text) -> str:
-    return str(text).replace("\\", "").replace('"', "")
+    return str(text).replace("\\", "").replace('"', "").replace("\n", " ")
 
 
 def compile_program(source_file: Path, library: Path, timers: bool) -> None:

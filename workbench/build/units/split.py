@@ -51,11 +51,12 @@ def split(sdfg: dace.SDFG) -> Layout:
     """The units of ``sdfg`` in a valid call order, or ``NotSplittable``."""
     if sdfg.number_of_nodes() != 1 or not isinstance(sdfg.nodes()[0], SDFGState):
         raise NotSplittable("the program has control flow (more than one state)")
-    if sdfg.free_symbols:
+    if sdfg.symbols and sdfg.free_symbols:   # (free_symbols walks every memlet: 0.2 s on a ViT)
         raise NotSplittable(f"the program has free symbols ({', '.join(sorted(sdfg.free_symbols))})")
     state = sdfg.nodes()[0]
     scopes = state.scope_dict()
     layout = Layout([])
+    arguments = {}   # session array -> its descriptor as a unit argument (shared by units)
     for node in state.nodes():
         if scopes[node] is None and isinstance(node, nodes.AccessNode):
             _check_array(sdfg, node.data)
@@ -71,7 +72,7 @@ def split(sdfg: dace.SDFG) -> Layout:
             for edge in state.out_edges(node):
                 if isinstance(edge.dst, nodes.AccessNode) and edge not in view_edges:
                     if edge.data.data is not None:
-                        layout.units.append(_copy_unit(sdfg, state, edge))
+                        layout.units.append(_copy_unit(sdfg, state, edge, arguments))
             continue
         if isinstance(node, nodes.MapEntry):
             inner = list(state.scope_subgraph(node, include_entry=True, include_exit=True).nodes())
@@ -80,7 +81,7 @@ def split(sdfg: dace.SDFG) -> Layout:
         else:
             raise NotSplittable(f"the top-level node {node.label!r} is a "
                                 f"{type(node).__name__}, which units do not cover")
-        layout.units.append(_unit(sdfg, state, node, inner))
+        layout.units.append(_unit(sdfg, state, node, inner, arguments))
     return layout
 
 
@@ -129,8 +130,9 @@ def _views(sdfg, state, layout: Layout) -> set:
 class _Builder:
     """The standalone SDFG of one unit, its arrays named by first appearance."""
 
-    def __init__(self, sdfg):
+    def __init__(self, sdfg, arguments: dict):
         self.outer = sdfg
+        self.arguments = arguments
         self.sdfg = dace.SDFG("unit")
         self.sdfg.constants_prop = copy.deepcopy(sdfg.constants_prop)
         self.state = self.sdfg.add_state("unit")
@@ -139,16 +141,18 @@ class _Builder:
 
     def argument(self, name: str) -> str:
         if name not in self.names:
-            desc = self.outer.arrays[name]
-            if isinstance(desc, dt.View):
-                desc = desc.as_array()
-            desc = copy.deepcopy(desc)
-            desc.transient = False
-            desc.optional = False   # always passed
-            desc.storage = dace.StorageType.Default
-            desc.lifetime = dace.AllocationLifetime.Scope
+            if name not in self.arguments:   # one copy per split: unit SDFGs are only read
+                desc = self.outer.arrays[name]
+                if isinstance(desc, dt.View):
+                    desc = desc.as_array()
+                desc = copy.deepcopy(desc)
+                desc.transient = False
+                desc.optional = False   # always passed
+                desc.storage = dace.StorageType.Default
+                desc.lifetime = dace.AllocationLifetime.Scope
+                self.arguments[name] = desc
             self.names[name] = f"c{len(self.names)}"
-            self.sdfg.add_datadesc(self.names[name], desc)
+            self.sdfg.add_datadesc(self.names[name], self.arguments[name])
         return self.names[name]
 
     def inner_transient(self, name: str) -> str:
@@ -178,8 +182,8 @@ class _Builder:
                 if not self.sdfg.arrays[canon].transient}
 
 
-def _unit(sdfg, state, anchor, inner: list) -> Unit:
-    build = _Builder(sdfg)
+def _unit(sdfg, state, anchor, inner: list, arguments: dict) -> Unit:
+    build = _Builder(sdfg, arguments)
     inside = set(inner)
     copies = {}
     for node in inner:
@@ -249,8 +253,8 @@ def _canonical_connectors(build: _Builder) -> None:
             edge.src_conn = renames.get(edge.src_conn, edge.src_conn)
 
 
-def _copy_unit(sdfg, state, edge) -> Unit:
-    build = _Builder(sdfg)
+def _copy_unit(sdfg, state, edge, arguments: dict) -> Unit:
+    build = _Builder(sdfg, arguments)
     src, dst = build.access_node(edge.src), build.access_node(edge.dst)
     build.state.add_edge(src, edge.src_conn, dst, edge.dst_conn, build.memlet(edge.data))
     _check_scalars(build, edge.dst)
