@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 import dace
 import numpy as np
 from dace.sdfg import nodes
+from dace.sdfg.graph import NodeNotFoundError
 
 from workbench.analysis.movement import owner_name
 from workbench.ops.registry import OWNER_SEPARATOR
@@ -106,7 +107,7 @@ def _label(sdfg, uuid):
         return f"{parent.label}__{state.label}" if parent is not None else state.label
     try:
         node = sdfg.cfg_list[cfg_id].node(state_id).node(node_id)
-    except (IndexError, KeyError):
+    except (IndexError, KeyError, NodeNotFoundError):   # a build by units: the event's name
         return None
     return node.map.label if isinstance(node, nodes.MapEntry) else node.label
 

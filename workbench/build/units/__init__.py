@@ -72,7 +72,12 @@ def compile_by_units(sdfg, folder: Path, progress=SILENT, names: dict = None,
     first = {}
     for unit in layout.units:
         first.setdefault(unit.key, unit)
-    infos = {key: cache.lookup(key) for key in first}
+    program_folder = Path(folder) / sdfg.name
+    infos, libraries = {}, {}
+    for key in first:   # linked at once: a unit evicted meanwhile by another process is a miss
+        info = cache.lookup(key)
+        path = info and cache.link_into(key, program_folder / "units", f"{info['name']}.so")
+        infos[key], libraries[key] = (info, str(path)) if path else (None, None)
     missing = [first[key] for key, info in infos.items() if info is None]
     header = _precompiled_header(progress, timings) if missing else None
     work = Path(folder) / "unit-work"
@@ -96,23 +101,25 @@ def compile_by_units(sdfg, folder: Path, progress=SILENT, names: dict = None,
                                      f"{type(e).__name__}: {str(e).strip()[:400]}") from e
                 codegen_s += time.perf_counter() - g
                 envs = tuple(gen.environments)
-                if unit_compile._known_recipe(gen.environments) is None and envs in by_recipe:
+                if unit_compile.known_recipe(gen.environments) is None and envs in by_recipe:
                     by_recipe[envs].result()   # the first of a set of environments makes its recipe
                 future = pool.submit(unit_compile.compile_generated, gen, names)
                 by_recipe.setdefault(envs, future)
                 pending.append((unit, gen, future))
             for unit, gen, future in pending:
-                future.result()
+                library = future.result()
                 infos[unit.key] = gen.info
+                linked = program_folder / "units" / f"{gen.name}.so"
+                if not linked.exists():
+                    linked.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(library, linked)
+                libraries[unit.key] = str(linked)
                 shutil.rmtree(gen.folder, ignore_errors=True)
     timings["codegen"] = codegen_s
     timings["compile"] = time.perf_counter() - t - codegen_s
     if missing:
         cache.evict()
     t = time.perf_counter()
-    program_folder = Path(folder) / sdfg.name
-    libraries = {key: str(cache.link_into(key, program_folder / "units", f"{info['name']}.so"))
-                 for key, info in infos.items()}
     text = program.source(sdfg, layout, libraries, infos, program_folder / "perf")
     source_file = program_folder / "src" / "cpu" / f"{sdfg.name}.cpp"
     shutil.rmtree(source_file.parent, ignore_errors=True)   # an earlier build's units

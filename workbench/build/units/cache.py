@@ -90,6 +90,7 @@ def evict(cap: int = None) -> int:
     """Drop least recently used entries until the cache holds at most ``cap`` bytes
     (default ``cap_bytes()``); how many were dropped."""
     cap = cap_bytes() if cap is None else cap
+    drop_stale_staging()
     entries = []
     for shard in root().iterdir():
         if shard.name == "staging" or not shard.is_dir():

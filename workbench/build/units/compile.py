@@ -66,7 +66,7 @@ def generate(unit, work: Path, simplify: bool = True) -> Generated:
 
 def compile_generated(gen: Generated, names: dict = None) -> Path:
     """Compile ``gen`` into its library and publish it to the cache; the library."""
-    recipe = _known_recipe(gen.environments)
+    recipe = known_recipe(gen.environments)
     if recipe is None:
         library = _compile_with_cmake(gen, names)
     else:
@@ -106,7 +106,7 @@ def _recipe_file(key: str) -> Path:
     return cache.root() / "recipes" / f"{key}.json"
 
 
-def _known_recipe(environments: list):
+def known_recipe(environments: list):
     key = _recipe_key(environments)
     with _recipe_lock:
         if key not in _recipes:
