@@ -52,7 +52,10 @@ def test_a_failing_build_names_the_node_and_the_session_stays_usable(qtbot, wind
     assert "verified" in w.verify_label.text()
 
 
-def test_cancel_during_the_compile_stops_it_and_changes_nothing(qtbot, window):
+def test_cancel_during_the_compile_stops_it_and_changes_nothing(qtbot, window, tmp_path,
+                                                                monkeypatch):
+    # an empty unit cache: the build has units to compile, not only the program
+    monkeypatch.setenv("WORKBENCH_UNIT_CACHE", str(tmp_path / "units"))
     w = window
     info = scenarios.cancelled_build(w, model="mlp")
     assert info["phases"][-1] == "compile"   # it was stopped there, no later phase began
@@ -60,8 +63,9 @@ def test_cancel_during_the_compile_stops_it_and_changes_nothing(qtbot, window):
     assert w.ctl.last_build is None and w.ctl.current_report() is None
     assert w.ctl.ws._build is None and w.ctl.ws.position == 0
     mine = list((cache_dir() / "builds").glob(f"{os.getpid()}-{w.ctl.ws.build_slot}*"))
-    assert mine and not [lib for f in mine for lib in f.glob("*/build/lib*.so")], \
-        "the compile was not stopped"
+    assert mine and not [lib for f in mine for pattern in ("*/build/lib*.so",
+                                                           "*/units-build/lib*.so")
+                         for lib in f.glob(pattern)], "the compile was not stopped"
     kids = _children()
     assert not [p for p in _descendants(os.getpid(), kids) for f in mine
                 if _working_in(p, str(f))]

@@ -14,6 +14,7 @@ So a step that changes three operators compiles three units, the twelve
 layers of a ViT compile their operators once, and a second session (or
 process) building the same network compiles only the thin program.
 """
+import contextlib
 import copy
 import logging
 import os
@@ -22,13 +23,81 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from workbench.build import reuse
+from workbench.build import cancel, reuse
 from workbench.build.units import cache, keys, program
 from workbench.build.units.split import NotSplittable, split
 from workbench.errors import BuildError, Cancelled
 from workbench.progress import SILENT
 
 log = logging.getLogger("workbench.build")
+
+
+@contextlib.contextmanager
+def _cancellable(cancel_event, folder, name: str, library: Path):
+    """Setting ``cancel_event`` kills the compilers working in ``folder``; the build then
+    ends in ``Cancelled`` and leaves no half-written unit or program behind (units
+    finished before are in the cache, whole)."""
+    with cancel.stoppable(cancel_event, folder):
+        try:
+            yield
+        except Exception:
+            if cancel_event is None or not cancel_event.is_set():
+                raise
+        if cancel_event is not None and cancel_event.is_set():
+            shutil.rmtree(Path(folder) / "unit-work", ignore_errors=True)
+            library.unlink(missing_ok=True)
+            raise Cancelled(f"the build of '{name}' was cancelled while compiling; "
+                            f"nothing changed") from None
+
+
+def _compile_units(missing, work, program_folder, simplify, names, infos, libraries,
+                   cancel_event, step) -> float:
+    """Generate the ``missing`` units one after another, compile them side by side; fills
+    ``infos`` and ``libraries``; the seconds spent generating code."""
+    from workbench.build.units import compile as unit_compile
+    codegen_s = 0.0
+    with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
+        pending, by_recipe = [], {}
+        for unit in missing:
+            if cancel_event is not None and cancel_event.is_set():
+                break
+            t = time.perf_counter()
+            try:
+                gen = unit_compile.generate(unit, work, simplify)
+            except BuildError:
+                raise
+            except Exception as e:
+                raise BuildError(f"generating the code of '{unit.label}' failed: "
+                                 f"{type(e).__name__}: {str(e).strip()[:400]}") from e
+            codegen_s += time.perf_counter() - t
+            envs = tuple(gen.environments)
+            if unit_compile.known_recipe(gen.environments) is None and envs in by_recipe:
+                by_recipe[envs].result()   # the first of a set of environments makes its recipe
+            future = pool.submit(unit_compile.compile_generated, gen, names)
+            by_recipe.setdefault(envs, future)
+            pending.append((unit, gen, future))
+        for done, (unit, gen, future) in enumerate(pending, 1):
+            built = future.result()
+            infos[unit.key] = gen.info
+            linked = program_folder / "units" / f"{gen.name}.so"
+            if not linked.exists():
+                linked.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(built, linked)
+            libraries[unit.key] = str(linked)
+            shutil.rmtree(gen.folder, ignore_errors=True)
+            step(done, unit.label)
+    return codegen_s
+
+
+def _write_sources(sdfg, layout, libraries, infos, program_folder) -> Path:
+    """The program's C++, with each unit's beside it (for the code panel)."""
+    text = program.source(sdfg, layout, libraries, infos, program_folder / "perf")
+    source_file = program_folder / "src" / "cpu" / f"{sdfg.name}.cpp"
+    shutil.rmtree(source_file.parent, ignore_errors=True)   # an earlier build's units
+    for key, info in infos.items():
+        cache.link_into(key, source_file.parent, f"{info['name']}.cpp", cache.SOURCE)
+    source_file.write_text(text)
+    return source_file
 
 
 def interface(sdfg):
@@ -60,7 +129,6 @@ def compile_by_units(sdfg, folder: Path, progress=SILENT, names: dict = None,
                      simplify: bool = True, timers: bool = False, defer_compile: bool = False):
     """A ``Build`` of ``sdfg`` made of cached and freshly compiled units."""
     from workbench.build import Build, _precompiled_header
-    from workbench.build.units import compile as unit_compile
     timings = {}
     t = time.perf_counter()
     with progress.phase("split into units"):
@@ -80,66 +148,37 @@ def compile_by_units(sdfg, folder: Path, progress=SILENT, names: dict = None,
         infos[key], libraries[key] = (info, str(path)) if path else (None, None)
     missing = [first[key] for key, info in infos.items() if info is None]
     header = _precompiled_header(progress, timings) if missing else None
-    work = Path(folder) / "unit-work"
     cancel_event = getattr(progress, "cancel_event", None)
-    codegen_s = 0.0
+    library = program_folder / "units-build" / f"lib{sdfg.name}.so"
+    summary = f"{len(missing)} new of {len(first)} distinct units, {len(layout.units)} in all"
+    log.info("building '%s' by units: %s", sdfg.name, summary)
     t = time.perf_counter()
-    with progress.phase(f"compile {len(missing)} of {len(first)} distinct units "
-                        f"({len(layout.units)} in all)"):
-        with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
-            pending, by_recipe = [], {}
-            for unit in missing:
-                if cancel_event is not None and cancel_event.is_set():
-                    raise Cancelled("the build was cancelled; nothing changed")
-                g = time.perf_counter()
-                try:
-                    gen = unit_compile.generate(unit, work, simplify)
-                except BuildError:
-                    raise
-                except Exception as e:
-                    raise BuildError(f"generating the code of '{unit.label}' failed: "
-                                     f"{type(e).__name__}: {str(e).strip()[:400]}") from e
-                codegen_s += time.perf_counter() - g
-                envs = tuple(gen.environments)
-                if unit_compile.known_recipe(gen.environments) is None and envs in by_recipe:
-                    by_recipe[envs].result()   # the first of a set of environments makes its recipe
-                future = pool.submit(unit_compile.compile_generated, gen, names)
-                by_recipe.setdefault(envs, future)
-                pending.append((unit, gen, future))
-            for unit, gen, future in pending:
-                library = future.result()
-                infos[unit.key] = gen.info
-                linked = program_folder / "units" / f"{gen.name}.so"
-                if not linked.exists():
-                    linked.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(library, linked)
-                libraries[unit.key] = str(linked)
-                shutil.rmtree(gen.folder, ignore_errors=True)
+    with progress.phase("compile", total=len(missing) + (0 if defer_compile else 1)) as step:
+        with _cancellable(cancel_event, folder, sdfg.name, library):
+            codegen_s = _compile_units(missing, Path(folder) / "unit-work", program_folder,
+                                       simplify, names, infos, libraries, cancel_event, step)
+            if missing:
+                cache.evict()
+            source_file = _write_sources(sdfg, layout, libraries, infos, program_folder)
+            if not defer_compile:
+                program.compile_program(source_file, library, timers)
+                step(len(missing) + 1, "the program")
     timings["codegen"] = codegen_s
     timings["compile"] = time.perf_counter() - t - codegen_s
-    if missing:
-        cache.evict()
-    t = time.perf_counter()
-    text = program.source(sdfg, layout, libraries, infos, program_folder / "perf")
-    source_file = program_folder / "src" / "cpu" / f"{sdfg.name}.cpp"
-    shutil.rmtree(source_file.parent, ignore_errors=True)   # an earlier build's units
-    for key, info in infos.items():   # beside the program's, for the code panel to show
-        cache.link_into(key, source_file.parent, f"{info['name']}.cpp", cache.SOURCE)
-    source_file.write_text(text)
-    library = program_folder / "units-build" / f"lib{sdfg.name}.so"
-    library.parent.mkdir(parents=True, exist_ok=True)
+    units = {"units": len(layout.units), "distinct": len(first), "compiled": len(missing)}
 
     def finish():
-        program.compile_program(source_file, library, timers)
+        t = time.perf_counter()
+        if defer_compile:
+            with progress.phase("compile"), _cancellable(cancel_event, folder, sdfg.name, library):
+                program.compile_program(source_file, library, timers)
         program.place_stub(library, sdfg.name)
         timings["program"] = time.perf_counter() - t
-        t_load = time.perf_counter()
+        t = time.perf_counter()
         loaded_sdfg = interface(sdfg)
         loaded_sdfg.build_folder = str(program_folder)
         compiled = reuse.load_program(str(library), loaded_sdfg)
-        timings["load"] = time.perf_counter() - t_load
-        return Build(compiled, loaded_sdfg, program_folder, "cpu", timings, header,
-                     units={"units": len(layout.units), "distinct": len(first),
-                            "compiled": len(missing)})
+        timings["load"] = time.perf_counter() - t
+        return Build(compiled, loaded_sdfg, program_folder, "cpu", timings, header, units=units)
 
     return finish if defer_compile else finish()

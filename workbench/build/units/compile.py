@@ -74,7 +74,8 @@ def compile_generated(gen: Generated, names: dict = None) -> Path:
         library.parent.mkdir(parents=True, exist_ok=True)
         command = [*recipe["compile"], f'-DDACE_BINARY_DIR="{library.parent}"', "-shared",
                    "-o", str(library), str(_source(gen)), *recipe["link"]]
-        done = subprocess.run(command, capture_output=True, text=True)
+        # in the build folder: a cancel kills the compilers working there (build.cancel)
+        done = subprocess.run(command, capture_output=True, text=True, cwd=library.parent)
         if done.returncode != 0:
             raise errors_at.compile_error(gen.program, gen.folder, done.stdout + done.stderr,
                                           names)

@@ -158,7 +158,8 @@ def compile_program(source_file: Path, library: Path, timers: bool) -> None:
              if not f.startswith("-march")]   # plain calls: no vector code to tune
     command = [cxx, *flags, "-O1", "-fPIC", "-shared", *(["-DWB_TIMERS"] if timers else []),
                "-o", str(library), str(source_file), "-ldl"]
-    done = subprocess.run(command, capture_output=True, text=True)
+    library.parent.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=library.parent)
     if done.returncode != 0:
         raise BuildError(f"compiling the program that calls the units failed: "
                          f"{(done.stderr or done.stdout).strip()[:600]} (source {source_file})")
