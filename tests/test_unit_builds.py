@@ -167,3 +167,38 @@ def test_two_publishers_of_one_unit_leave_one_entry(unit_cache, tmp_path):
     assert cache.lookup("ab" + "0" * 62) == {"name": "u_x"}
     assert len(list(cache.root().glob("ab/*"))) == 1
     assert not any((cache.root() / "staging").iterdir())
+
+
+def two_layer_model(path):
+    """X -> Gemm(W1, b1) -> Relu -> Gemm(W2, b2): two layers of one shape whose biases
+    (recorded on their nodes as constants) differ."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+               for name, shape in (("W1", (16, 16)), ("b1", (16,)), ("W2", (16, 16)),
+                                   ("b2", (16,)))]
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["X", "W1", "b1"], ["h"], name="first"),
+         helper.make_node("Relu", ["h"], ["r"], name="relu"),
+         helper.make_node("Gemm", ["r", "W2", "b2"], ["Y"], name="second")],
+        "two_layers", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4, 16])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_layers_that_differ_only_in_constants_their_code_ignores_compile_once(unit_cache,
+                                                                            tmp_path):
+    from workbench.ops.node import OnnxOp
+    ws = workbench.open(str(two_layer_model(tmp_path / "two.onnx")))
+    gemms = [n for n in ws.sdfg.nodes()[0].nodes()
+             if isinstance(n, OnnxOp) and n.op_type == "Gemm"]
+    assert len(gemms) == 2 and gemms[0].consts_json != gemms[1].consts_json
+    build = ws.build()
+    assert build.units == {"units": 3, "distinct": 2, "compiled": 2}
+    assert ws.verify().match
+    ws.close()
+    again = workbench.open(str(tmp_path / "two.onnx"))
+    assert again.build().units["compiled"] == 0   # the twins' key is known now
+    again.close()

@@ -37,6 +37,12 @@ def _expansion(impl_name: str):
 # scales, K) can read them.
 MAX_RECORDED_CONST = 4096
 
+# How often any node's ``consts`` was read: a unit build compares it before and after
+# expanding a unit to learn whether the unit's code depends on its recorded constants
+# (``build.units``); every implementation reads them through ``consts``. A read from
+# another thread meanwhile only makes the answer "depends", the safe one.
+CONST_READS = [0]
+
 
 @dace.library.node
 class OnnxOp(nodes.LibraryNode):
@@ -94,6 +100,7 @@ class OnnxOp(nodes.LibraryNode):
     def consts(self) -> dict:
         """Input position -> numpy value, for small constant inputs."""
         import numpy as np
+        CONST_READS[0] += 1
         return {int(k): np.array(v["values"], dtype=v["dtype"]).reshape(v["shape"])
                 for k, v in json.loads(self.consts_json).items()}
 

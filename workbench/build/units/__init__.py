@@ -55,13 +55,19 @@ def _compile_units(missing, work, program_folder, simplify, names, infos, librar
     """Generate the ``missing`` units one after another, compile them side by side; fills
     ``infos`` and ``libraries``; the seconds spent generating code."""
     from workbench.build.units import compile as unit_compile
-    codegen_s = 0.0
+    from workbench.ops.node import CONST_READS
+    codegen_s, learned = 0.0, {}
     with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
         pending, by_recipe = [], {}
         for unit in missing:
+            unit.compiled = False
             if cancel_event is not None and cancel_event.is_set():
                 break
-            t = time.perf_counter()
+            if learned.get(unit.base) is False:   # its code is its constant-blind twin's
+                unit.key = keys.without_constants(unit.base)
+                continue
+            unknown = unit.base is not None and cache.reads_constants(unit.base) is None
+            t, reads = time.perf_counter(), CONST_READS[0]
             try:
                 gen = unit_compile.generate(unit, work, simplify)
             except BuildError:
@@ -70,6 +76,12 @@ def _compile_units(missing, work, program_folder, simplify, names, infos, librar
                 raise BuildError(f"generating the code of '{unit.label}' failed: "
                                  f"{type(e).__name__}: {str(e).strip()[:400]}") from e
             codegen_s += time.perf_counter() - t
+            unit.compiled = True
+            if unknown:
+                learned[unit.base] = CONST_READS[0] != reads
+                cache.record_constant_reads(unit.base, learned[unit.base])
+                if not learned[unit.base]:
+                    unit.key = gen.key = keys.without_constants(unit.base)
             envs = tuple(gen.environments)
             if unit_compile.known_recipe(gen.environments) is None and envs in by_recipe:
                 by_recipe[envs].result()   # the first of a set of environments makes its recipe
@@ -133,9 +145,11 @@ def compile_by_units(sdfg, folder: Path, progress=SILENT, names: dict = None,
     t = time.perf_counter()
     with progress.phase("split into units"):
         layout = split(sdfg)
-        salted = keys.salt()
+        salted = keys.salt() + ("" if simplify else "-unsimplified")
         for unit in layout.units:
-            unit.key = keys.unit_key(unit.sdfg, salted) + ("" if simplify else "-unsimplified")
+            unit.key, unit.base = keys.unit_keys(unit.sdfg, salted)
+            if unit.base is not None and cache.reads_constants(unit.base) is False:
+                unit.key = keys.without_constants(unit.base)
     timings["split"] = time.perf_counter() - t
     first = {}
     for unit in layout.units:
@@ -157,6 +171,14 @@ def compile_by_units(sdfg, folder: Path, progress=SILENT, names: dict = None,
         with _cancellable(cancel_event, folder, sdfg.name, library):
             codegen_s = _compile_units(missing, Path(folder) / "unit-work", program_folder,
                                        simplify, names, infos, libraries, cancel_event, step)
+            blind = {u.base for u in missing if u.base is not None and u.key ==
+                     keys.without_constants(u.base)}
+            for unit in layout.units:   # twins that differ only in constants their code ignores
+                if unit.base in blind:
+                    unit.key = keys.without_constants(unit.base)
+            used = {unit.key for unit in layout.units}
+            infos = {key: infos[key] for key in used}
+            libraries = {key: libraries[key] for key in used}
             if missing:
                 cache.evict()
             source_file = _write_sources(sdfg, layout, libraries, infos, program_folder)
@@ -165,7 +187,8 @@ def compile_by_units(sdfg, folder: Path, progress=SILENT, names: dict = None,
                 step(len(missing) + 1, "the program")
     timings["codegen"] = codegen_s
     timings["compile"] = time.perf_counter() - t - codegen_s
-    units = {"units": len(layout.units), "distinct": len(first), "compiled": len(missing)}
+    units = {"units": len(layout.units), "distinct": len(infos),
+             "compiled": sum(1 for u in missing if u.compiled)}
 
     def finish():
         t = time.perf_counter()

@@ -82,6 +82,23 @@ def link_into(key: str, folder: Path, name: str, what: str = LIBRARY) -> Path:
     return target
 
 
+def reads_constants(base: str):
+    """Whether units of constants-blind key ``base`` were found to read their recorded
+    constants (True/False), or None when no such unit was generated yet."""
+    folder = root() / "constants"
+    if (folder / f"{base}.reads").exists():
+        return True
+    if (folder / f"{base}.blind").exists():
+        return False
+    return None
+
+
+def record_constant_reads(base: str, reads: bool) -> None:
+    folder = root() / "constants"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{base}.{'reads' if reads else 'blind'}").touch()
+
+
 def cap_bytes() -> int:
     return int(float(os.environ.get("WORKBENCH_UNIT_CACHE_MB", "2048")) * 2 ** 20)
 

@@ -22,10 +22,46 @@ _salt = {}
 
 def unit_key(unit_sdfg, salted: str = None) -> str:
     """The unit's key; ``salted``: ``salt()``, when the caller computed it once for many."""
+    return unit_keys(unit_sdfg, salted)[0]
+
+
+def unit_keys(unit_sdfg, salted: str = None) -> tuple:
+    """(the unit's key, its key without the operators' recorded constants or None when
+    it records none). The second is the key when the unit's expansion reads no constant
+    (``without_constants``): the twelve c_attn Gemms of a GPT-2 record twelve different
+    biases, and their code is one."""
+    salted = salted or salt()
     tree = unit_sdfg.to_json()
     _blank(tree)
+    full = _digest(salted, tree)
+    return full, (_digest(salted + "|constants blanked", tree) if _blank_constants(tree)
+                  else None)
+
+
+def without_constants(base: str) -> str:
+    """The key of a unit whose code was found not to read its recorded constants."""
+    return hashlib.sha256(f"{base}|reads no constant".encode()).hexdigest()
+
+
+def _digest(salted: str, tree) -> str:
     text = re.sub(r'"guid": "[^"]*"', '"guid": ""', json.dumps(tree, sort_keys=True))
-    return hashlib.sha256(((salted or salt()) + text).encode()).hexdigest()
+    return hashlib.sha256((salted + text).encode()).hexdigest()
+
+
+def _blank_constants(tree) -> bool:
+    """Blank every recorded constant (``consts_json``) in ``tree``; whether there was one."""
+    found = False
+    if isinstance(tree, dict):
+        attributes = tree.get("attributes")
+        if isinstance(attributes, dict) and attributes.get("consts_json") not in (None, "{}"):
+            attributes["consts_json"] = None
+            found = True
+        for value in tree.values():
+            found = _blank_constants(value) or found
+    elif isinstance(tree, list):
+        for value in tree:
+            found = _blank_constants(value) or found
+    return found
 
 
 def _blank(tree) -> None:

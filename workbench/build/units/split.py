@@ -38,6 +38,8 @@ class Unit:
     sdfg: dace.SDFG       # the standalone program; arrays c0, c1, ...
     data: dict            # canonical array name -> the session's array name
     key: str = ""         # content key (``units.keys``)
+    base: str = None      # the key without recorded constants, when it records some
+    compiled: bool = False  # generated and compiled by this build
 
 
 @dataclass
