@@ -10,9 +10,11 @@ N = 1024
 
 @pytest.fixture()
 def seeds(tmp_path, monkeypatch):
-    """An empty seed store and build cache of this test's own."""
+    """An empty seed store and build cache of this test's own; whole-program builds (the
+    ones CMake configures; builds by units configure once per set of environments)."""
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("WORKBENCH_FAST_BUILD", "1")
+    monkeypatch.setenv("WORKBENCH_UNIT_BUILDS", "0")
     return tmp_path / "cache" / configure_seed.SEEDS
 
 

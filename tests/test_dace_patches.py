@@ -150,6 +150,7 @@ def test_a_seeded_configure_ends_as_dace_own_configure(tmp_path, monkeypatch):
     from workbench.build.build_speed import small_sdfg
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("WORKBENCH_FAST_BUILD", "1")
+    monkeypatch.setenv("WORKBENCH_UNIT_BUILDS", "0")   # a whole program: CMake configures it
     dace_patches.install()
     first = compile_sdfg(small_sdfg(2.0), tmp_path / "one")      # leaves a seed
     first.compiled.finalize()

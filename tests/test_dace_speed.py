@@ -94,7 +94,7 @@ def test_node_positions_answer_as_dace_does():
     from dace.sdfg import nodes
     dace_speed.install()
     ws = workbench.open("bert-layer")
-    program = ws.build().sdfg          # expanded: nested SDFGs, maps, tasklets
+    program = ws.build(whole=True).sdfg   # expanded: nested SDFGs, maps, tasklets
     checked = 0
     for state in program.all_states():
         keys = list(state._nodes.keys())

@@ -10,6 +10,12 @@ from workbench.build.simplify import failed_pass
 from workbench.errors import BuildError
 
 
+@pytest.fixture(autouse=True)
+def empty_unit_cache(tmp_path, monkeypatch):
+    """Units compiled by earlier tests would not be simplified again: start empty."""
+    monkeypatch.setenv("WORKBENCH_UNIT_CACHE", str(tmp_path / "units"))
+
+
 def _break_array_elimination(monkeypatch, calls):
     """DaCe's own failure, raised from inside the pass after it changed the program."""
     real = array_elimination.ArrayElimination.remove_redundant_views

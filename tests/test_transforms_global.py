@@ -206,9 +206,13 @@ def test_transient_reuse_and_persistent_allocation():
     assert all(d.lifetime == dace.AllocationLifetime.Persistent
                for d in ws.sdfg.arrays.values() if d.transient)
     _verify(ws)
-    source = next(ws.build().folder.glob("src/cpu/*.cpp")).read_text()
+    source = next(ws.build(whole=True).folder.glob("src/cpu/*.cpp")).read_text()
     program, init = source.split("__dace_init_", 1)
     assert "new float" not in program and "new float" in init  # no malloc per call
+    units = ws.build()   # by units: the program allocates once, when it starts
+    source = (units.folder / "src" / "cpu" / f"{units.sdfg.name}.cpp").read_text()
+    allocating, calling = source.split('DACE_EXPORTED void __program_', 1)
+    assert "aligned_alloc" in allocating and "alloc" not in calling
 
 
 def test_transient_reuse_needs_disjoint_lifetimes():

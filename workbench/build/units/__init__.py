@@ -26,7 +26,7 @@ from pathlib import Path
 from workbench.build import cancel, reuse
 from workbench.build.units import cache, keys, program
 from workbench.build.units.split import NotSplittable, split
-from workbench.errors import BuildError, Cancelled
+from workbench.errors import BuildError, Cancelled, WorkbenchError
 from workbench.progress import SILENT
 
 log = logging.getLogger("workbench.build")
@@ -70,8 +70,8 @@ def _compile_units(missing, work, program_folder, simplify, names, infos, librar
             t, reads = time.perf_counter(), CONST_READS[0]
             try:
                 gen = unit_compile.generate(unit, work, simplify)
-            except BuildError:
-                raise
+            except WorkbenchError:
+                raise   # typed already (an unsupported case names its node)
             except Exception as e:
                 raise BuildError(f"generating the code of '{unit.label}' failed: "
                                  f"{type(e).__name__}: {str(e).strip()[:400]}") from e
