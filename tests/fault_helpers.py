@@ -45,6 +45,19 @@ def chain_model_with_nodes(count: int = 2000, width: int = 16) -> onnx.ModelProt
     return chain_model(blocks=max(1, count // 5), width=width)
 
 
+def uncompilable_sdfg(name: str, dtype, undefined: str):
+    """``y = x * undefined`` in a C++ tasklet: generates, then fails in the compiler."""
+    import dace
+    sdfg = dace.SDFG(name)
+    sdfg.add_array("x", [4], dtype)
+    sdfg.add_array("y", [4], dtype)
+    state = sdfg.add_state()
+    state.add_mapped_tasklet("broken", {"i": "0:4"}, {"a": dace.Memlet("x[i]")},
+                             f"b = a * {undefined};", {"b": dace.Memlet("y[i]")},
+                             language=dace.Language.CPP, external_edges=True)
+    return sdfg
+
+
 def first_tasklet_of(sdfg, owner: str = None):
     """(tasklet, state) of the first tasklet (whose label starts with ``owner__``)."""
     from dace.sdfg import nodes as dn

@@ -16,6 +16,8 @@ from workbench.build.build_speed import small_sdfg
 from workbench.build.storage import heap_for_large_transients
 from workbench.errors import BuildError
 
+from fault_helpers import uncompilable_sdfg
+
 N = 1024
 
 
@@ -84,13 +86,7 @@ def test_precompiled_header_is_on_the_compile_line_and_used(built):
 
 
 def test_compile_error_reports_the_compilers_first_error(cache):
-    sdfg = dace.SDFG("wb_broken")
-    sdfg.add_array("x", [4], dace.float64)
-    sdfg.add_array("y", [4], dace.float64)
-    state = sdfg.add_state()
-    state.add_mapped_tasklet("bad", {"i": "0:4"}, {"a": dace.Memlet("x[i]")},
-                             "b = a * not_declared_anywhere;", {"b": dace.Memlet("y[i]")},
-                             language=dace.Language.CPP, external_edges=True)
+    sdfg = uncompilable_sdfg("wb_broken", dace.float64, "not_declared_anywhere")
     with pytest.raises(BuildError) as caught:
         compile_sdfg(sdfg, cache / "broken")
     output = str(caught.value.__cause__)

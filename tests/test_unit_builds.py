@@ -13,6 +13,8 @@ from workbench.build.units import cache, why_not
 from workbench.build.units.split import split
 from workbench.errors import CompileError
 
+from fault_helpers import uncompilable_sdfg
+
 
 @pytest.fixture
 def unit_cache(tmp_path, monkeypatch):
@@ -85,13 +87,7 @@ def test_control_flow_builds_as_one_program(unit_cache, tmp_path):
 
 
 def test_a_unit_that_does_not_compile_names_the_compilers_error(unit_cache, tmp_path):
-    sdfg = dace.SDFG("wb_units_broken")
-    sdfg.add_array("x", [4], dace.float32)
-    sdfg.add_array("y", [4], dace.float32)
-    state = sdfg.add_state()
-    state.add_mapped_tasklet("broken", {"i": "0:4"}, {"a": dace.Memlet("x[i]")},
-                             "b = a + wb_no_such_name;", {"b": dace.Memlet("y[i]")},
-                             language=dace.Language.CPP, external_edges=True)
+    sdfg = uncompilable_sdfg("wb_units_broken", dace.float32, "wb_no_such_name")
     with pytest.raises(CompileError, match="wb_no_such_name"):
         compile_sdfg(sdfg, tmp_path / "b")
     assert not any(cache.root().glob("??/*/unit.so"))   # nothing broken was published

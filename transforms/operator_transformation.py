@@ -105,13 +105,29 @@ class OperatorTransformation(Transformation):
                                            self.name))
         return matches, refused
 
-    def apply(self, sdfg, match, weights=None):
+    def decide(self, sdfg, match, weights=None):
+        """The plan on ``sdfg`` as it is (``region_rewrite`` transformations)."""
+        owner, state, node, roles = self._resolved(sdfg, match)
+        return self._plan_now(owner, state, node, roles, match, weights)
+
+    def apply(self, sdfg, match, weights=None, decided=None):
+        """Rewrite the match's operator; ``decided``: the plan ``decide`` made on the
+        whole program, its nodes those of ``sdfg`` (then not planned again here)."""
+        owner, state, node, roles = self._resolved(sdfg, match)
+        plan = decided if decided is not None else \
+            self._plan_now(owner, state, node, roles, match, weights)
+        self.rewrite(owner, state, node, plan, weights)
+
+    def _resolved(self, sdfg, match):
         owner, state, roles = nodeid.resolve_all(sdfg, match.where_dict())
         node = roles.get(self.role)
         if not isinstance(node, OnnxOp) or (self.op_types is not None
                                             and node.op_type not in self.op_types):
             raise TransformationError(f"{match.description}: its {self.role} is no operator "
                                       f"{self.name} rewrites")
+        return owner, state, node, roles
+
+    def _plan_now(self, owner, state, node, roles, match, weights):
         options = match.options_dict()
         if set(options) - set(self.option_names):
             raise TransformationError(f"{match.description}: {self.name} has no option "
@@ -123,4 +139,4 @@ class OperatorTransformation(Transformation):
         if not _planned(plan):
             why = f" ({plan.reason})" if isinstance(plan, Refusal) else ""
             raise TransformationError(self.refusal.format(node=node, match=match) + why)
-        self.rewrite(owner, state, node, plan, weights)
+        return plan

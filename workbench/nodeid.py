@@ -68,6 +68,11 @@ def graph_unchanged():
         _INDEX.reset(token)
 
 
+def holding_still() -> bool:
+    """Whether the caller is inside ``graph_unchanged`` (``per_state`` then keeps)."""
+    return _INDEX.get() is not None
+
+
 def per_state(state, what: str, compute):
     """``compute()``, kept for ``state`` inside ``graph_unchanged`` (a derived view of
     the state that its finds would otherwise build once per candidate)."""

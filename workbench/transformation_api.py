@@ -89,6 +89,11 @@ class Transformation:
     # writes into an array: history steps share them); the session keeps the
     # copy only if the whole step succeeds. See ``find_matches``/``apply_match``.
     needs_weights: bool = False
+    # True for a global transformation whose decision reads the whole program (lifetimes,
+    # every use of an array) but whose rewrite stays inside the match's region: a
+    # session decides on the live graph (``decide``) and rewrites a copy of the region
+    # with that decision, instead of copying the whole graph for the step.
+    region_rewrite: bool = False
 
     def find(self, sdfg: dace.SDFG, weights: dict = None) -> List[Match]:
         """Every match in ``sdfg``; must not modify it (``weights`` is given only
@@ -99,6 +104,14 @@ class Transformation:
         """Apply ``match`` to ``sdfg`` in place; raise TransformationError if it no
         longer applies. ``weights`` is given only when ``needs_weights``."""
         raise NotImplementedError
+
+    def decide(self, sdfg: dace.SDFG, match: Match, weights: dict = None):
+        """What ``apply`` would decide for ``match`` on ``sdfg``, which it must not
+        modify: naming graph objects by nodes and edges only, so that a caller can map
+        them onto a copy and hand it to ``apply(..., decided=)``. Raises
+        TransformationError as ``apply`` does when the match no longer applies. Only
+        for ``region_rewrite`` transformations."""
+        raise NotImplementedError(f"{self.name} does not decide apart from rewriting")
 
     def refusals(self, sdfg: dace.SDFG, weights: dict = None, nodes: set = None) -> List[Refusal]:
         """Why it does not apply to the nodes it looked at, each a ``Refusal`` naming its
@@ -317,19 +330,21 @@ def register_check(check: Callable) -> None:
 
 
 def apply_match(t: Transformation, sdfg: dace.SDFG, match: Match, weights: dict = None,
-                original: dace.SDFG = None, checks: bool = True) -> None:
+                original: dace.SDFG = None, checks: bool = True, decided=None) -> None:
     """``t.apply``, handing ``weights`` (changed in place) only to a transformation
     that needs them; a result that breaks a registered rule that ``original`` (the
     SDFG before the step, when given) kept is a TransformationError (``sdfg`` is then
     half-changed: callers apply to a copy). ``checks=False`` leaves the rules to the
-    caller (a step applied to its region is checked on the whole graph it joins)."""
+    caller (a step applied to its region is checked on the whole graph it joins).
+    ``decided``: ``t.decide``'s answer on the whole program, mapped onto ``sdfg``."""
+    extra = {} if decided is None else {"decided": decided}
     if not t.needs_weights:
-        t.apply(sdfg, match)
+        t.apply(sdfg, match, **extra)
     elif weights is None:
         raise TransformationError(f"{t.name} needs the model's weights: apply it through a "
                                   f"Session (ws.apply)")
     else:
-        t.apply(sdfg, match, weights)
+        t.apply(sdfg, match, weights, **extra)
     if not checks:
         return
     for check in _CHECKS:

@@ -42,19 +42,16 @@ def _state_conflicts(sdfg, state) -> list:
     for access in state.data_nodes():
         if state.in_degree(access):
             written.setdefault(access.data, []).append(access)
-    if not any(len(v) > 1 for v in written.values()):
+    shared = {name for name, accesses in written.items() if len(accesses) > 1}
+    if not shared:
         return []   # the common case: every array holds one value
     steps = dataflow_steps(state)
     graph, step = steps
-    below = {}
-
-    def before(a, b) -> bool:
-        if a not in below:
-            below[a] = nx.descendants(graph, a)
-        return b in below[a]
+    before = _order_query(graph)
 
     found = []
-    for root, fam in families(sdfg, state, steps).items():
+    # two values of one array are two written access nodes of its own name (``_values``)
+    for root, fam in families(sdfg, state, steps, only=shared).items():
         if not fam.exact:
             continue
         values = _values(state, fam, step)
@@ -71,6 +68,31 @@ def _state_conflicts(sdfg, state) -> list:
                         found.append(f"'{root}' is written by {_label(w)} while "
                                      f"{_label(late[0])} may still read its earlier value")
     return found
+
+
+def _order_query(graph):
+    """``before(a, b)``: whether a path leads from ``a`` to ``b``. A search from ``a``
+    never goes past ``b``'s place in a topological order: the writers and readers
+    compared are mostly near each other, and full descendant sets of a DenseNet
+    cost more than the rest of a step."""
+    place = {n: i for i, n in enumerate(nx.topological_sort(graph))}
+    known = {}
+
+    def before(a, b) -> bool:
+        if (a, b) not in known:
+            limit, seen, todo = place[b], {a}, [a]
+            found = False
+            while todo and not found:
+                for nxt in graph.successors(todo.pop()):
+                    if nxt is b:
+                        found = True
+                        break
+                    if nxt not in seen and place[nxt] < limit:
+                        seen.add(nxt)
+                        todo.append(nxt)
+            known[a, b] = found
+        return known[a, b]
+    return before
 
 
 def _values(state, fam, step) -> dict:

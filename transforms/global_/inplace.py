@@ -90,6 +90,7 @@ class InPlaceElementwise(OperatorTransformation):
     description = "Let an element-wise operator write its result over an input it reads last"
     op_types = ELEMENTWISE
     refusal = "{node.onnx_name} can no longer work in place"
+    region_rewrite = True   # the rename touches the operator, X and Y's access nodes
 
     def plan(self, sdfg, state, node, weights=None):
         """The input access node it writes over."""

@@ -26,6 +26,7 @@ from dace import data as dt
 from dace.sdfg import nodes
 
 from transforms.graph import dataflow_steps
+from workbench import nodeid
 from workbench.ops.node import OnnxOp
 
 
@@ -76,20 +77,21 @@ def _takes_apart(node) -> bool:
     return isinstance(node, nodes.LibraryNode) and not isinstance(node, OnnxOp)
 
 
-def families(sdfg, state, steps=None, only: str = None) -> dict:
+def families(sdfg, state, steps=None, only=None) -> dict:
     """Root array name -> Family, for every array touched in ``state`` (or ``only``
-    that one). A View whose viewed array is unknown makes a family of its own that
-    is not exact."""
+    that one, or those of a set of names). A View whose viewed array is unknown makes
+    a family of its own that is not exact."""
     _, step = steps or dataflow_steps(state)
+    wanted = None if only is None else ({only} if isinstance(only, str) else set(only))
     scopes = state.scope_dict()
     out = {}
     members = {}
     for access in state.data_nodes():
-        if only is not None and access.data != only and not isinstance(
+        if wanted is not None and access.data not in wanted and not isinstance(
                 sdfg.arrays[access.data], dt.View):
             continue
         root = root_of(sdfg, state, access)
-        if only is not None and root != only:
+        if wanted is not None and root not in wanted:
             continue
         fam = out.setdefault(root or access.data, Family(root or access.data))
         fam.accesses.append(access)
@@ -119,7 +121,11 @@ def other_uses(sdfg, state, name: str, skip, steps=None) -> set:
     node of its family but ``skip``; None when the family is not exact."""
     graph_steps = steps or dataflow_steps(state)
     _, step = graph_steps
-    fam = families(sdfg, state, graph_steps, only=name).get(name)
+    if nodeid.holding_still():   # finding matches: every candidate asks, one pass answers all
+        fam = nodeid.per_state(state, "families",
+                               lambda: families(sdfg, state, graph_steps)).get(name)
+    else:
+        fam = families(sdfg, state, graph_steps, only=name).get(name)
     if fam is None:
         return set()
     if not fam.exact:

@@ -137,7 +137,7 @@ def compile_sdfg(sdfg: dace.SDFG, folder: Path, target: str = "cpu", progress=SI
         timings["codegen"] = time.perf_counter() - t
     if target == "gpu":
         return Build(None, program, Path(program_folder), target, timings)
-    header = _precompiled_header(progress, timings)
+    header = pch.header_for_build(progress, timings)
     reuse.stabilize_environments(Path(program_folder), [pch.ENVIRONMENT] if header else [])
     if defer_compile:
         return lambda: _compile_and_load(program, program_folder, header, timings, progress,
@@ -183,22 +183,6 @@ def _compile_and_load(program, program_folder, header, timings, progress, names,
         compiled = reuse.load_program(library, program)
         timings["load"] = time.perf_counter() - t
     return Build(compiled, program, Path(program_folder), target, timings, header)
-
-
-def _precompiled_header(progress, timings: dict):
-    """The header to -include, made on the first build that needs it (timed apart)."""
-    t = time.perf_counter()
-    try:
-        if pch.decided():
-            return pch.ensure_pch()
-        with progress.phase("precompile dace.h (once per compiler and flags)"):
-            return pch.ensure_pch()
-    except Exception as e:   # a faster build is never worth a failed one
-        pch.log.warning("precompiled dace.h unavailable, building without it: %s", e)
-        return None
-    finally:
-        if time.perf_counter() - t > 0.05:
-            timings["precompile_header"] = time.perf_counter() - t
 
 
 compiler_first_error = errors_at.compiler_first_error

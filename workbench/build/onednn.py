@@ -74,16 +74,29 @@ def library_file():
     return versioned[0] if versioned else libdir / "libdnnl.so"
 
 
+_keys = {}
+
+
+def _keyed(base: Path) -> tuple:
+    """(oneDNN's library folder, the shim's key) for the installation at ``base``, found
+    once per process: planning asks ``available()`` for every convolution it looks at."""
+    if base not in _keys:
+        libdir = next(base / lib for lib in ("lib", "lib64")
+                      if (base / lib / "libdnnl.so").exists())
+        source = (NATIVE / "wb_dnnl.cpp").read_bytes() + (NATIVE / "wb_dnnl.h").read_bytes()
+        version = (base / "include" / "oneapi" / "dnnl" / "dnnl_version.h")
+        _keys[base] = libdir, hashlib.sha256(
+            source + str(libdir).encode() + " ".join(FLAGS).encode()
+            + (version.read_bytes() if version.exists() else b"")).hexdigest()[:16]
+    return _keys[base]
+
+
 def shim():
     """Path of libwb_dnnl.so for this oneDNN (built on first use), or None without oneDNN."""
     base = root()
     if base is None:
         return None
-    libdir = next(base / lib for lib in ("lib", "lib64") if (base / lib / "libdnnl.so").exists())
-    source = (NATIVE / "wb_dnnl.cpp").read_bytes() + (NATIVE / "wb_dnnl.h").read_bytes()
-    version = (base / "include" / "oneapi" / "dnnl" / "dnnl_version.h")
-    key = hashlib.sha256(source + str(libdir).encode() + " ".join(FLAGS).encode() + (
-        version.read_bytes() if version.exists() else b"")).hexdigest()[:16]
+    libdir, key = _keyed(base)
     with _lock:
         if key in _built:
             return _built[key]

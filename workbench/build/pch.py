@@ -78,6 +78,22 @@ def ensure_pch():
         return _known[str(cache_dir()), key]
 
 
+def header_for_build(progress, timings: dict):
+    """The header to -include, made on the first build that needs it (timed apart)."""
+    t = time.perf_counter()
+    try:
+        if decided():
+            return ensure_pch()
+        with progress.phase("precompile dace.h (once per compiler and flags)"):
+            return ensure_pch()
+    except Exception as e:   # a faster build is never worth a failed one
+        log.warning("precompiled dace.h unavailable, building without it: %s", e)
+        return None
+    finally:
+        if time.perf_counter() - t > 0.05:
+            timings["precompile_header"] = time.perf_counter() - t
+
+
 def decided() -> bool:
     """True when ``ensure_pch`` will answer at once (nothing to build or look for)."""
     wanted = _wanted()

@@ -51,6 +51,15 @@ def stabilize_environments(program_folder: Path, extra=()) -> list:
     return final
 
 
+def listed_environments(program_folder: Path, extra=()) -> list:
+    """The environments a freshly generated folder lists, plus ``extra``, written back.
+    A unit's folder is new every time, so there is no earlier build to remember."""
+    listing = Path(program_folder) / "dace_environments.csv"
+    final = sorted(_names(listing) | set(extra))
+    listing.write_text("\n".join(final))
+    return final
+
+
 def _names(path: Path) -> set:
     if not path.is_file():
         return set()

@@ -5,6 +5,7 @@ lets the op registry decide, per op type, which implementations exist.
 Attributes are stored as JSON so that the node serializes exactly.
 """
 import json
+import threading
 
 import dace
 from dace import properties
@@ -37,11 +38,16 @@ def _expansion(impl_name: str):
 # scales, K) can read them.
 MAX_RECORDED_CONST = 4096
 
-# How often any node's ``consts`` was read: a unit build compares it before and after
-# expanding a unit to learn whether the unit's code depends on its recorded constants
-# (``build.units``); every implementation reads them through ``consts``. A read from
-# another thread meanwhile only makes the answer "depends", the safe one.
-CONST_READS = [0]
+# How often this thread read any node's ``consts``: a unit build compares it before and
+# after expanding a unit to learn whether the unit's code depends on its recorded
+# constants (``build.units``); every implementation reads them through ``consts``.
+# Per thread, so a build beside this one cannot change the answer.
+_reads = threading.local()
+
+
+def constant_reads() -> int:
+    """How many times this thread has read any node's ``consts``."""
+    return getattr(_reads, "count", 0)
 
 
 @dace.library.node
@@ -100,7 +106,7 @@ class OnnxOp(nodes.LibraryNode):
     def consts(self) -> dict:
         """Input position -> numpy value, for small constant inputs."""
         import numpy as np
-        CONST_READS[0] += 1
+        _reads.count = constant_reads() + 1
         return {int(k): np.array(v["values"], dtype=v["dtype"]).reshape(v["shape"])
                 for k, v in json.loads(self.consts_json).items()}
 

@@ -110,8 +110,8 @@ class SessionSteps:
         from workbench.analysis.movement import compulsory_bytes, with_region_change
         current = self.timeline.current
         if current.sdfg is not self.sdfg or not working_graph.splice_able(self.sdfg) \
-                or t.level == "global":   # decided from whole-program facts (lifetimes)
-            return None
+                or (t.level == "global" and not t.region_rewrite):
+            return None   # decided from whole-program facts and rewriting beyond a region
         index = self._state_index()
         if current.shape is None:   # a whole step's object becomes a host (history rule 1)
             current.shape = working_graph.capture(self.sdfg)

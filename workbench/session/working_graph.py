@@ -193,6 +193,10 @@ def splice(sdfg, index, transformation, match, weights, names):
     from workbench import transformation_api as transform
     from workbench.analysis.movement import data_movement
     from workbench.analysis.prediction import region_trial
+    # A global transformation decides on the live graph (it reads every use of an
+    # array, which the region does not hold) and rewrites the region by that decision.
+    decision = transformation.decide(sdfg, match, weights) \
+        if transformation.level == "global" else None
     found = region_trial(sdfg, index, match)   # any share: a large region costs its copy
     if found is None:
         return None
@@ -203,7 +207,12 @@ def splice(sdfg, index, transformation, match, weights, names):
     properties = _sdfg_properties(trial)
     removed = _record_removals(trial_state)
     new_weights = None if weights is None else dict(weights)
-    transform.apply_match(transformation, trial, local, new_weights, checks=False)
+    try:
+        decided = None if decision is None else _onto(decision, copies, edge_copies)
+    except NotLocal:
+        return None
+    transform.apply_match(transformation, trial, local, new_weights, checks=False,
+                          decided=decided)
     try:
         _check_local(sdfg, before, trial, trial_state, copies, boundary, boundary_json, kept,
                      properties, removed)
@@ -224,6 +233,27 @@ def splice(sdfg, index, transformation, match, weights, names):
     new_index = index.after_splice(replaced, gone, added, gone_edges, added_edges, trial_state,
                                    {copies[b]: b for b in boundary})
     return Spliced(old, new, region_before, region_after, new_weights, new_index)
+
+
+def _onto(decision, copies: dict, edge_copies: dict):
+    """``decision`` with every live node and edge it names replaced by its region copy;
+    NotLocal when it names one outside the region."""
+    if isinstance(decision, nodes.Node):
+        if decision not in copies:
+            raise NotLocal("the decision names a node outside the region")
+        return copies[decision]
+    if isinstance(decision, MultiConnectorEdge):
+        if decision not in edge_copies:
+            raise NotLocal("the decision names an edge outside the region")
+        return edge_copies[decision]
+    if isinstance(decision, dict):
+        return {_onto(k, copies, edge_copies): _onto(v, copies, edge_copies)
+                for k, v in decision.items()}
+    if isinstance(decision, tuple) and hasattr(decision, "_fields"):   # a named tuple
+        return type(decision)(*(_onto(v, copies, edge_copies) for v in decision))
+    if isinstance(decision, (tuple, list, set, frozenset)):
+        return type(decision)(_onto(v, copies, edge_copies) for v in decision)
+    return decision
 
 
 def _record_removals(state) -> dict:

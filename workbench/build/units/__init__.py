@@ -55,7 +55,7 @@ def _compile_units(missing, work, program_folder, simplify, names, infos, librar
     """Generate the ``missing`` units one after another, compile them side by side; fills
     ``infos`` and ``libraries``; the seconds spent generating code."""
     from workbench.build.units import compile as unit_compile
-    from workbench.ops.node import CONST_READS
+    from workbench.ops.node import constant_reads
     codegen_s, learned = 0.0, {}
     with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
         pending, by_recipe = [], {}
@@ -67,7 +67,7 @@ def _compile_units(missing, work, program_folder, simplify, names, infos, librar
                 unit.key = keys.without_constants(unit.base)
                 continue
             unknown = unit.base is not None and cache.reads_constants(unit.base) is None
-            t, reads = time.perf_counter(), CONST_READS[0]
+            t, reads = time.perf_counter(), constant_reads()
             try:
                 gen = unit_compile.generate(unit, work, simplify)
             except WorkbenchError:
@@ -78,7 +78,7 @@ def _compile_units(missing, work, program_folder, simplify, names, infos, librar
             codegen_s += time.perf_counter() - t
             unit.compiled = True
             if unknown:
-                learned[unit.base] = CONST_READS[0] != reads
+                learned[unit.base] = constant_reads() != reads
                 cache.record_constant_reads(unit.base, learned[unit.base])
                 if not learned[unit.base]:
                     unit.key = gen.key = keys.without_constants(unit.base)
@@ -140,7 +140,7 @@ def why_not(sdfg):
 def compile_by_units(sdfg, folder: Path, progress=SILENT, names: dict = None,
                      simplify: bool = True, timers: bool = False, defer_compile: bool = False):
     """A ``Build`` of ``sdfg`` made of cached and freshly compiled units."""
-    from workbench.build import Build, _precompiled_header
+    from workbench.build import Build, pch
     timings = {}
     t = time.perf_counter()
     with progress.phase("split into units"):
@@ -161,7 +161,7 @@ def compile_by_units(sdfg, folder: Path, progress=SILENT, names: dict = None,
         path = info and cache.link_into(key, program_folder / "units", f"{info['name']}.so")
         infos[key], libraries[key] = (info, str(path)) if path else (None, None)
     missing = [first[key] for key, info in infos.items() if info is None]
-    header = _precompiled_header(progress, timings) if missing else None
+    header = pch.header_for_build(progress, timings) if missing else None
     cancel_event = getattr(progress, "cancel_event", None)
     library = program_folder / "units-build" / f"lib{sdfg.name}.so"
     summary = f"{len(missing)} new of {len(first)} distinct units, {len(layout.units)} in all"

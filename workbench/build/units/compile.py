@@ -29,7 +29,6 @@ from dace.config import Config
 from workbench.build import errors_at, pch, reuse
 from workbench.build.prepare import before_codegen, prepared
 from workbench.build.units import cache
-from workbench.errors import BuildError
 
 _recipes = {}
 _recipe_lock = threading.Lock()
@@ -54,7 +53,7 @@ def generate(unit, work: Path, simplify: bool = True) -> Generated:
     objects = codegen.generate_code(program, validate=True)
     folder = Path(compiler.generate_program_folder(program, objects, program.build_folder))
     header = _header()
-    environments = reuse.stabilize_environments(folder, [pch.ENVIRONMENT] if header else [])
+    environments = reuse.listed_environments(folder, [pch.ENVIRONMENT] if header else [])
     arglist = program.arglist()
     signature = program.signature_arglist(with_types=False, arglist=arglist)
     types = {arg: ("void*" if isinstance(desc, dace.data.Array) else desc.dtype.ctype)
@@ -184,9 +183,3 @@ def _link_arguments(build: Path, name: str):
         return tokens[last_object + 1:] if last_object is not None else None
     return None
 
-
-def describe_failure(gen: Generated, error: Exception) -> BuildError:
-    if isinstance(error, BuildError):
-        return error
-    return BuildError(f"building the unit '{gen.name}' failed: {type(error).__name__}: "
-                      f"{errors_at.first_line(str(error))}")

@@ -20,11 +20,6 @@ _NAMING = ("label", "name", "onnx_name", "debuginfo")
 _salt = {}
 
 
-def unit_key(unit_sdfg, salted: str = None) -> str:
-    """The unit's key; ``salted``: ``salt()``, when the caller computed it once for many."""
-    return unit_keys(unit_sdfg, salted)[0]
-
-
 def unit_keys(unit_sdfg, salted: str = None) -> tuple:
     """(the unit's key, its key without the operators' recorded constants or None when
     it records none). The second is the key when the unit's expansion reads no constant
