@@ -3,6 +3,12 @@
 This runs before any test module imports workbench or dace, so the cache
 and DaCe's build folder never point into the repository or the user's home.
 Set WORKBENCH_TEST_CACHE to a folder to keep the generated code for a look.
+
+The test processes (pytest-xdist's workers) share one cache, as a user's
+processes share ~/.cache/dace-workbench: a unit, the precompiled header or a
+zoo export made by one is used by the others (and the sharing is exercised).
+The controller makes the folder before it starts the workers, which inherit
+its environment; DaCe's own build folder and the sessions stay per process.
 """
 import os
 import shutil
@@ -11,14 +17,19 @@ import tempfile
 from pathlib import Path
 
 _kept = os.environ.get("WORKBENCH_TEST_CACHE")
-_cache = Path(_kept) if _kept else Path(tempfile.mkdtemp(prefix="wb-tests-"))
+_shared = os.environ.get("WB_TESTS_SHARED_CACHE") if os.environ.get("PYTEST_XDIST_WORKER") \
+    else None
+_cache = Path(_kept or _shared or tempfile.mkdtemp(prefix="wb-tests-"))
+_owner = not (_kept or _shared)   # the process that made the folder removes it
 _cache.mkdir(parents=True, exist_ok=True)
+os.environ["WB_TESTS_SHARED_CACHE"] = str(_cache)
+_private = _cache / f"process-{os.getpid()}"
 os.environ["WORKBENCH_CACHE"] = str(_cache)
-os.environ["DACE_default_build_folder"] = str(_cache / "dacecache")
-os.environ["WORKBENCH_SESSIONS"] = str(_cache / "sessions")   # the window's autosaved sessions
+os.environ["DACE_default_build_folder"] = str(_private / "dacecache")
+os.environ["WORKBENCH_SESSIONS"] = str(_private / "sessions")   # the window's autosaved sessions
 if "dace" in sys.modules:  # imported early by a plugin: its config is already read
     import dace
-    dace.config.Config.set("default_build_folder", value=str(_cache / "dacecache"))
+    dace.config.Config.set("default_build_folder", value=str(_private / "dacecache"))
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -29,5 +40,18 @@ if str(TESTS) not in sys.path:  # for `import onnx_helpers` under any rootdir/im
 
 
 def pytest_unconfigure(config):
-    if not _kept:
+    if _owner:
         shutil.rmtree(_cache, ignore_errors=True)
+
+
+# The files that take longest (seconds of one process, a fresh-clone run of 2026-11-27),
+# started first: ``--dist loadfile`` hands files out in this order, and a long file
+# handed out last keeps one process busy while the other has nothing left to do.
+LONGEST_FIRST = ("test_ops.py", "test_cuda_compile.py", "test_real_exports.py",
+                 "test_conformance_sample.py", "test_quantized_models.py",
+                 "test_ops_losses_bits.py", "test_more_ops.py", "test_transforms_fusion.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))   # stable: order kept

@@ -226,11 +226,14 @@ def _unsupported_model():
         helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
 
 
-def test_unsupported_ops_are_listed_at_once_before_any_build(monkeypatch):
+def test_unsupported_ops_are_listed_at_once_before_any_build(monkeypatch, tmp_path):
     def no_build(*args, **kwargs):
         raise AssertionError("compiled although the model has unsupported ops")
 
     monkeypatch.setattr("workbench.session.builds.compile_sdfg", no_build)
+    # a cache of its own: the other test processes build into the shared one meanwhile
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("WORKBENCH_UNIT_CACHE", str(tmp_path / "cache" / "units"))
     before = _built_files()
     model = _unsupported_model()
     onnx.checker.check_model(model)
