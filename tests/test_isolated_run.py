@@ -127,7 +127,8 @@ def test_unloading_programs_that_only_ran_in_the_worker(tmp_path):
         "ws.profile(repeat=3, warmup=1, reference=False)\n"
         "ws.close()\n"
         "print('unloaded')\n")
-    env = {**os.environ, "WORKBENCH_CACHE": str(tmp_path / "cache")}
+    # the shared test cache (its export and units), DaCe's build folder its own
+    env = {**os.environ, "DACE_default_build_folder": str(tmp_path / "dacecache")}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           env=env, timeout=600, cwd=Path(__file__).parent.parent)
     assert done.returncode == 0 and "unloaded" in done.stdout, done.stderr[-3000:]
