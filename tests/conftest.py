@@ -44,12 +44,16 @@ def pytest_unconfigure(config):
         shutil.rmtree(_cache, ignore_errors=True)
 
 
-# The files that take longest (seconds of one process, a fresh-clone run of 2026-11-27),
-# started first: ``--dist loadfile`` hands files out in this order, and a long file
-# handed out last keeps one process busy while the other has nothing left to do.
-LONGEST_FIRST = ("test_ops.py", "test_cuda_compile.py", "test_real_exports.py",
-                 "test_conformance_sample.py", "test_quantized_models.py",
-                 "test_ops_losses_bits.py", "test_more_ops.py", "test_transforms_fusion.py")
+# The files that take longest (seconds of one process in a fresh-clone run of
+# 2026-11-27: the one-test suite files run 2-3.5 minutes each), started first: with
+# ``--dist loadfile --no-loadscope-reorder`` (the Makefile) files go out in this
+# order, and a long file handed out last keeps one process busy while the other
+# has nothing left to do.
+LONGEST_FIRST = ("test_ops.py", "test_conformance_sample.py", "test_cuda_compile.py",
+                 "test_real_exports.py", "test_quantized_models.py", "test_more_ops.py",
+                 "test_ops_losses_bits.py", "test_transforms_fusion.py", "test_backend.py",
+                 "test_fuzz_sample.py", "test_half.py", "test_isolated_run.py",
+                 "test_linear_attention.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
