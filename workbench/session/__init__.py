@@ -41,6 +41,8 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
         self._init_builds()
         self.profiles = []  # every profile taken, with its history position
         self.folder = None  # a session folder to autosave into (see workbench.session.folder)
+        from workbench.session.folder import checkpoint_every   # fixed for the session
+        self.checkpoint_every = checkpoint_every(self.sdfg)
         self.source = None  # what workbench.open was given (a bundled name or a path)
         self.recovery_note = ""
         self.lock = threading.RLock()   # held while a call works on the SDFG (verify_steps)
@@ -138,6 +140,9 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
         and record the result in its history entry; returns the record."""
         from workbench.session import step_checks
         position = self.timeline.position if position is None else position
+        if self.timeline[position].lazy:
+            with self.lock:
+                self._replay(position)
         if position == self.timeline.position:
             return self._record_verification(self.timeline[position])
         return step_checks.check_now(self, self.timeline[position], self.lock)

@@ -3,6 +3,7 @@
 A mixin of ``Session``: every method reads the session's history, model and
 build; none changes them (``open_folder`` makes a new session from a folder).
 """
+from workbench.session.runs import holding_lock
 
 
 class SessionFiles:
@@ -51,6 +52,7 @@ class SessionFiles:
         from workbench.export import export_session
         return export_session(self, folder, target)
 
+    @holding_lock
     def save(self, folder) -> None:
         """Save to a session folder and keep autosaving there after every step."""
         from pathlib import Path
@@ -65,9 +67,14 @@ class SessionFiles:
             self._write_folder()
 
     def _write_folder(self):
-        from workbench.session.folder import save_history
+        from workbench.session.folder import due_checkpoints, save_history
+        due = due_checkpoints(self.timeline, self.checkpoint_every)
+        for position in due:
+            if self.timeline[position].lazy:   # a new folder: replayed to be written
+                self._replay(position)
         save_history(self.folder, self.timeline, self.model.reference_model, self.name,
-                     {i.onnx_name: list(i.shape) for i in self.inputs})
+                     {i.onnx_name: list(i.shape) for i in self.inputs}, due,
+                     self.checkpoint_every)
 
     @classmethod
     def open_folder(cls, folder, progress=None, trust: bool = False, autosave: bool = True):
@@ -80,16 +87,25 @@ class SessionFiles:
         from pathlib import Path
         from workbench.importer import import_model
         from workbench.session.folder import read_session
+        from workbench.session.stepping import ReplayError
         from workbench.progress import SILENT
         saved = read_session(folder, trust)
         imported = import_model(saved.model_path, input_shapes=saved.input_shapes,
                                 name=saved.model_name, progress=progress or SILENT)
         ws = cls(imported, progress or SILENT)   # no folder yet: nothing autosaves here
         ws.timeline.restore(saved.steps)
-        ws.goto(min(saved.position, len(ws.timeline) - 1))
-        ws.recovery_note = saved.note
+        ws.checkpoint_every = saved.checkpoint_every or ws.checkpoint_every
+        note = saved.note
+        try:
+            ws.goto(min(saved.position, len(ws.timeline) - 1))
+        except ReplayError as e:   # the history ends before the step that did not replay
+            ws.timeline.move(0)
+            ws.timeline.drop_after(e.position - 1)
+            ws.goto(min(saved.position, e.position - 1))
+            note = f"{e} The session was restored up to step {e.position - 1}."
+        ws.recovery_note = note
         if autosave:
             ws.folder = Path(folder)
-            if saved.note or saved.unsigned:  # the folder as restored (and trusted)
+            if note or saved.unsigned:  # the folder as restored (and trusted)
                 ws._write_folder()
         return ws

@@ -2,15 +2,29 @@
 
 Layout of a folder:
   model.onnx            the model as imported (a copy, so the folder stands alone)
-  session.json          manifest: model name, input shapes, steps, current position
-  steps/NNNN.sdfgz      the SDFG after step NNNN (0 = as imported)
-  steps/NNNN.npz        the weights after step NNNN, only when a step changed them
+  session.json          manifest: model name, input shapes, the journal of steps
+                        (what each applied, as recipes record it), the checkpoints,
+                        the current position
+  steps/NNNN.sdfgz      the SDFG after step NNNN, for checkpoint steps only
+  steps/NNNN.npz        the weights after step NNNN, for every step that changed them
+
+Why a journal: writing every step's whole SDFG made saving a session after
+`auto` cost minutes on a full-size network (EfficientNet-B0: 274 s under the
+profiler, ViT-tiny ~380 s), and the window autosaves after every step. A
+checkpoint is written every ``checkpoint_every`` steps (more apart the larger
+the graph, so writing one stays a small share of the steps it covers) and at
+every step applied to a whole copy (one costs as much to replay as to
+write); the steps between are replayed from the nearest checkpoint before
+them when the session goes to them. Step 0 is never written: opening
+re-imports model.onnx. A replayed step must move the bytes its entry
+recorded, or the replay stops there (``ReplayError``). Format 1 folders (a
+file for every step) still open.
 
 Rules:
 1. Every file is written to a temporary name, flushed, then renamed into
    place, and session.json is written last: it is the commit point. A
    process killed mid-step leaves the previous manifest, which names only
-   complete files.
+   complete files; the journal in it is enough to replay every step.
 2. Never pickle: JSON, compressed SDFG JSON and numpy .npz (allow_pickle off).
 3. Opening reads the manifest, re-imports model.onnx and restores the SDFG
    of the current step; a missing or corrupt step file ends the history at
@@ -36,7 +50,24 @@ from workbench.errors import BadInputError, UntrustedSDFGError
 from workbench.session.history import Step
 
 MANIFEST = "session.json"
-FORMAT = 1
+FORMAT = 2
+READABLE = (1, 2)   # format 1: every step's SDFG written, no journal-only steps
+# graph nodes per step between checkpoints: ViT-tiny's 1,397 nodes give one every
+# 21 steps; a graph of up to 64 nodes writes every step, as format 1 did
+NODES_PER_CHECKPOINT_STEP = 64
+
+
+def checkpoint_every(sdfg) -> int:
+    """Steps from one checkpoint to the next for a session on ``sdfg``."""
+    nodes = sum(state.number_of_nodes() for state in sdfg.states())
+    return max(1, nodes // NODES_PER_CHECKPOINT_STEP)
+
+
+def due_checkpoints(history, every: int) -> list:
+    """Positions whose SDFG the next save writes: not written yet, and a multiple of
+    ``every`` or applied to a whole copy (see the module notes)."""
+    return [i for i, step in enumerate(history.steps) if i > 0 and not step.saved
+            and (i % every == 0 or step.whole)]
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -57,8 +88,10 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def save_history(folder, history, model, model_name: str, input_shapes: dict) -> None:
-    """Write what of ``history`` is not on disk yet, then the manifest; ``model`` (the
+def save_history(folder, history, model, model_name: str, input_shapes: dict,
+                 checkpoints: list, every: int) -> None:
+    """Write the SDFGs of ``checkpoints`` (positions from ``due_checkpoints``; each must
+    hold its SDFG), the weights not on disk yet, then the manifest; ``model`` (the
     ONNX model as imported) is written once."""
     folder = Path(folder)
     (folder / "steps").mkdir(parents=True, exist_ok=True)
@@ -66,26 +99,31 @@ def save_history(folder, history, model, model_name: str, input_shapes: dict) ->
     if not model_path.exists():
         atomic_write(model_path, model.SerializeToString())
     steps = history.steps
-    previous_weights = None
-    for i, step in enumerate(steps):
-        if not step.saved:  # a step replaced after undo is new, whatever its number
-            atomic_write(folder / "steps" / f"{i:04d}.sdfgz",
-                         gzip.compress(step.sdfg_json.encode(), compresslevel=5))
-            if i > 0 and step.weights is not previous_weights:
-                atomic_write(folder / "steps" / f"{i:04d}.npz", _npz_bytes(step.weights))
-            step.saved = True
-        previous_weights = step.weights
+    for i in checkpoints:
+        text = steps[i].sdfg_json
+        atomic_write(folder / "steps" / f"{i:04d}.sdfgz", gzip.compress(text.encode(), compresslevel=5))
+        steps[i].signature = provenance.sign(text)
+        steps[i].saved = True
+        steps[i].forget_json()
     for step in steps[1:]:
-        if step.signature is None:
+        if step.saved and step.signature is None:   # read from a folder and trusted
             step.signature = provenance.sign(step.sdfg_json)
+    changed = [i for i in range(1, len(steps)) if steps[i].weights is not steps[i - 1].weights]
+    for i in changed:
+        if not steps[i].weights_saved:  # a step replaced after undo is new, whatever its number
+            atomic_write(folder / "steps" / f"{i:04d}.npz", _npz_bytes(steps[i].weights))
+    for step in steps:
+        step.weights_saved = True
+    kept = [i for i in range(1, len(steps)) if steps[i].saved]
     manifest = {"format": FORMAT, "model": model_name, "input_shapes": input_shapes,
                 "position": history.position, "steps": [s.entry for s in steps[1:]],
-                "signatures": [s.signature for s in steps[1:]],
-                "weights_changed_at": [i for i in range(1, len(steps))
-                                       if steps[i].weights is not steps[i - 1].weights]}
+                "checkpoint_every": every, "checkpoints": kept,
+                "signatures": [s.signature if s.saved else None for s in steps[1:]],
+                "weights_changed_at": changed}
     atomic_write(folder / MANIFEST, json.dumps(manifest, indent=1).encode())
-    for extra in (folder / "steps").iterdir():  # files of steps dropped by a new branch
-        if extra.name.split(".")[0].isdigit() and int(extra.name.split(".")[0]) >= len(steps):
+    wanted = {f"{i:04d}.sdfgz" for i in kept} | {f"{i:04d}.npz" for i in changed}
+    for extra in (folder / "steps").iterdir():  # dropped by a new branch, or not a checkpoint
+        if extra.name.split(".")[0].isdigit() and extra.name not in wanted:
             extra.unlink()
 
 
@@ -107,6 +145,7 @@ class SavedSession:
     position: int        # the current step the manifest names
     note: str            # why the history ends early ("" when it does not)
     unsigned: list       # positions of steps accepted only because trusted
+    checkpoint_every: int   # the folder's spacing of checkpoints (None: format 1)
 
 
 def read_session(folder, trust: bool = False) -> SavedSession:
@@ -115,7 +154,7 @@ def read_session(folder, trust: bool = False) -> SavedSession:
     folder = Path(folder)
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
-        if manifest.get("format") != FORMAT:
+        if manifest.get("format") not in READABLE:
             raise ValueError(f"format {manifest.get('format')!r}")
     except FileNotFoundError:
         raise BadInputError(f"'{folder}' is not a session folder: {MANIFEST} is missing.") from None
@@ -126,33 +165,43 @@ def read_session(folder, trust: bool = False) -> SavedSession:
         raise BadInputError(f"'{folder}' has no model.onnx; the session cannot be restored.")
     read, note = _read_steps(folder, manifest)
     signatures = manifest.get("signatures") or []
-    unsigned = [i for i, (_, sdfg_json, _) in enumerate(read, start=1)
-                if not provenance.signed_here(sdfg_json, _at(signatures, i - 1))]
+    written = [i for i, (_, sdfg_json, _) in enumerate(read, start=1) if sdfg_json is not None]
+    unsigned = [i for i in written
+                if not provenance.signed_here(read[i - 1][1], _at(signatures, i - 1))]
     if unsigned and not trust:
-        raise UntrustedSDFGError(folder, f"{len(unsigned)} of its {len(read)} step(s) carry no "
-                                         f"signature of this user's workbench, e.g. step "
-                                         f"{unsigned[0]}")
+        raise UntrustedSDFGError(folder, f"{len(unsigned)} of its {len(written)} saved step(s) "
+                                         f"carry no signature of this user's workbench, e.g. "
+                                         f"step {unsigned[0]}")
     _drop_temporaries(folder)
-    steps = [Step(entry, sdfg_json, weights, saved=True,
-                  signature=None if i in unsigned else signatures[i - 1])
+    steps = [Step(entry, sdfg_json, weights, saved=sdfg_json is not None,
+                  signature=None if i in unsigned or sdfg_json is None else signatures[i - 1],
+                  lazy=sdfg_json is None)
              for i, (entry, sdfg_json, weights) in enumerate(read, start=1)]
+    for step in steps:
+        step.weights_saved = True
     return SavedSession(folder / "model.onnx", manifest.get("model"),
                         manifest.get("input_shapes"), steps, manifest.get("position", 0),
-                        note, unsigned)
+                        note, unsigned, manifest.get("checkpoint_every"))
 
 
 def _read_steps(folder: Path, manifest: dict):
-    """[(entry, SDFG JSON text, weights or None)] of the readable steps, and a recovery note.
+    """[(entry, SDFG JSON text or None, weights or None)] of the readable steps (None:
+    a journal-only step, replayed later), and a recovery note.
 
     Nothing here parses an SDFG: the JSON is only checked to be JSON.
     """
     changed = set(manifest.get("weights_changed_at", []))
+    entries = manifest.get("steps", [])
+    written = set(manifest.get("checkpoints", [])) if manifest.get("format") != 1 \
+        else set(range(1, len(entries) + 1))
     steps, note = [], ""
-    for i, entry in enumerate(manifest.get("steps", []), start=1):
-        weights = None
+    for i, entry in enumerate(entries, start=1):
+        weights, sdfg_json = None, None
         try:
-            sdfg_json = gzip.decompress((folder / "steps" / f"{i:04d}.sdfgz").read_bytes()).decode()
-            json.loads(sdfg_json)
+            if i in written:
+                sdfg_json = gzip.decompress(
+                    (folder / "steps" / f"{i:04d}.sdfgz").read_bytes()).decode()
+                json.loads(sdfg_json)
             if i in changed:
                 with np.load(folder / "steps" / f"{i:04d}.npz", allow_pickle=False) as data:
                     weights = {k: data[k] for k in data.files}

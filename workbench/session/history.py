@@ -18,6 +18,11 @@ Rules:
      visited, and its JSON once it is not (deepcopy would renew memlet GUIDs;
      a JSON round trip is exact). A whole step whose object later hosts
      spliced steps gets its Shape before the first splice.
+   - replayed (``lazy``): a step read back from a session folder that saved
+     only its entry (``workbench.session.folder``: a journal with
+     checkpoints). It holds nothing until the session replays it from the
+     nearest earlier step that holds its SDFG (``Session.goto``), and then
+     it is spliced or whole like any other.
 2. What a step holds is never changed after the step is recorded: a splice
    puts new objects in the live graph and changes none it replaces; whole
    steps apply to a copy; builds, analyses and predictions work on copies.
@@ -52,24 +57,52 @@ class Step:
     """One step: what was applied, the SDFG after it, the weights after it."""
 
     def __init__(self, entry, sdfg_json: str = None, weights: dict = None, saved: bool = False,
-                 signature: str = None, sdfg=None, movement=None, shape=None):
-        if sdfg_json is None and sdfg is None:
-            raise ValueError("a step needs its SDFG or its JSON")
+                 signature: str = None, sdfg=None, movement=None, shape=None, lazy: bool = False):
+        if sdfg_json is None and sdfg is None and not lazy:
+            raise ValueError("a step needs its SDFG or its JSON, or to be replayed (lazy)")
         self.entry = entry          # what was applied (None for the import)
         self._json = sdfg_json
         self.weights = weights      # the weights after the step (replaced, never mutated)
-        self.saved = saved          # written to the session folder
+        self.saved = saved          # its SDFG is a checkpoint in the session folder
+        self.weights_saved = saved  # its weights are in the folder (when they changed)
+        # applied to a whole copy, or read from a checkpoint: a checkpoint whatever its
+        # number (replaying one costs a whole-graph copy, validation and analysis;
+        # writing it, its JSON, which a read one holds already)
+        self.whole = shape is None and not lazy
         self.signature = signature  # this user's signature of sdfg_json (workbench.session.signing)
         self.sdfg = sdfg            # the SDFG object or host (rule 1), None once dropped
         self.movement = movement    # its data movement, when known
         self.shape = shape          # what makes the host hold this step (rule 1)
 
     @property
+    def lazy(self) -> bool:
+        """Read from a journal and not replayed yet (rule 1): it holds no SDFG."""
+        return self.sdfg is None and self._json is None
+
+    def fill(self, sdfg, shape, movement) -> None:
+        """The replay of a lazy step produced ``sdfg`` (a host when ``shape`` is set)."""
+        if not self.lazy:
+            raise ValueError("only a lazy step is filled by its replay")
+        self.sdfg, self.shape, self.movement = sdfg, shape, movement
+        self.whole = shape is None
+
+    @property
     def sdfg_json(self) -> str:
         """The SDFG after the step as canonical JSON (written on first use, rule 2)."""
-        if self._json is None:
-            self._json = canonical_json(self.readable(), guids=True)
+        if self.lazy:
+            raise ValueError("a lazy step has no SDFG until the session replays it "
+                             "(Session.goto or Session.sdfg_at)")
+        if self._json is None and self.sdfg is not None:
+            # the step's own objects, not a copy (history rule 2: they never change)
+            self._json = json.dumps(working_graph.serialized(self.sdfg, self.shape),
+                                    sort_keys=True)
         return self._json
+
+    def forget_json(self) -> None:
+        """Drop the JSON text of a step that holds its SDFG (written to a checkpoint: a
+        full-size network's is tens of MB, and the SDFG gives it again)."""
+        if self.sdfg is not None:
+            self._json = None
 
     def holds_now(self) -> bool:
         """Whether ``sdfg`` shows this step as it is now (its host may hold another)."""
@@ -180,9 +213,9 @@ class History:
             if step.weights is None:
                 step.weights = self._steps[-1].weights
             self._steps.append(step)
-        self._steps[0].saved = True
+        self._steps[0].saved = self._steps[0].weights_saved = True
 
     def mark_unsaved(self) -> None:
         """Every step is to be written again (a new session folder)."""
         for step in self._steps:
-            step.saved = False
+            step.saved = step.weights_saved = False

@@ -33,6 +33,14 @@ from workbench.session.history import Step
 from workbench.session.runs import holding_lock
 
 
+class ReplayError(WorkbenchError):
+    """A step read from a session folder's journal did not replay to what it recorded."""
+
+    def __init__(self, position: int, why: str):
+        super().__init__(f"step {position} of the saved session could not be replayed: {why}")
+        self.position = position
+
+
 class IncrementalCheckError(WorkbenchError):
     """A step's incrementally kept figure or validity differs from the whole graph's
     (a bug in the working graph, found by ``full_checks``)."""
@@ -49,28 +57,13 @@ class SessionSteps:
         ``verify`` builds and verifies the new step before returning and records
         ``entry["verified"] = {"match", "max_abs_err", "output"}`` (with "error" when
         its program did not build or crashed); see also ``verify_steps``."""
-        from workbench import transformation_api as transform
-        t = transform.get(match.transformation)
-        before = self.data_movement()
-        try:
-            done = self._apply_spliced(t, match, before) or self._apply_whole(t, match)
-        except TransformationError:
-            raise
-        except Exception as e:
-            text = str(e).strip()
-            raise TransformationError(
-                f"{match.transformation} failed on {match.description or match.nodes}: "
-                f"{type(e).__name__}: {text.splitlines()[0][:300] if text else ''}"
-                f". The session is unchanged.") from e
-        sdfg, shape, weights, moved, index = done
-        self.sdfg, self.model.weights = sdfg, weights
+        t, before, (sdfg, shape, weights, moved, index) = self._result_of(match)
         entry = {"transformation": match.transformation, "level": t.level, **match.to_json(),
                  "bytes_before": before.moved_bytes, "bytes_after": moved.moved_bytes,
                  "time": time.time()}
-        self.timeline.push(Step(entry, weights=weights, sdfg=sdfg, movement=moved, shape=shape))
-        self._movement = (self._figure_key(), moved)
-        if index is not None:   # the next step's region index, derived from this one's
-            self._this_step()["state index"] = index
+        step = Step(entry, weights=weights, sdfg=sdfg, movement=moved, shape=shape)
+        self.timeline.push(step)
+        self._enter(step, index)
         if self.full_checks:
             self.check_whole()
         if self._batch:
@@ -81,6 +74,76 @@ class SessionSteps:
         else:
             self.after_step()
         return entry
+
+    def _result_of(self, match):
+        """(transformation, figure before, (sdfg, shape, weights, figure, index)) of
+        ``match`` applied to the current step; the history is not changed, and on any
+        failure neither is the SDFG."""
+        from workbench import transformation_api as transform
+        t = transform.get(match.transformation)
+        before = self.data_movement()
+        try:
+            return t, before, self._apply_spliced(t, match, before) or self._apply_whole(t, match)
+        except TransformationError:
+            raise
+        except Exception as e:
+            text = str(e).strip()
+            raise TransformationError(
+                f"{match.transformation} failed on {match.description or match.nodes}: "
+                f"{type(e).__name__}: {text.splitlines()[0][:300] if text else ''}"
+                f". The session is unchanged.") from e
+
+    def _enter(self, step, index=None) -> None:
+        """Make the live SDFG, weights and figure those of ``step`` (the current one);
+        ``index``: its region index, when the step derived it."""
+        if step.shape is not None:
+            working_graph.install(step.sdfg, step.shape)
+        self.sdfg, self.model.weights = step.sdfg, step.weights
+        if step.movement is not None:
+            self._movement = (self._figure_key(), step.movement)
+        if index is not None:   # the next step's region index, derived from this one's
+            self._this_step()["state index"] = index
+
+    def _replay(self, position: int) -> None:
+        """Give lazy step ``position`` (read from a journal) its SDFG: from the nearest
+        earlier step that holds one, apply the recorded entries (history rule 1). Every
+        replayed step must move the bytes it recorded; the session ends where it was."""
+        from workbench.transformation_api import Match
+        start = position
+        while self.timeline[start].lazy:
+            start -= 1
+        back = self.position
+        with self.batch():
+            first = self.timeline.move(start)
+            self._hold_object(first)
+            self._enter(first)
+            for k in range(start + 1, position + 1):
+                step = self.timeline[k]
+                try:
+                    _, _, (sdfg, shape, _, moved, index) = self._result_of(
+                        Match.from_json(step.entry))
+                except WorkbenchError as e:
+                    self._go_back(back)
+                    raise ReplayError(k, str(e)) from e
+                if moved.moved_bytes != step.entry.get("bytes_after", moved.moved_bytes):
+                    self._go_back(back)
+                    raise ReplayError(k, f"it moves {moved.moved_bytes} bytes, where "
+                                         f"{step.entry['bytes_after']} were recorded")
+                step.fill(sdfg, shape, moved)   # the weights read back stay the step's
+                self.timeline.move(k)
+                self._enter(step, index)
+        self._go_back(back)
+
+    def _go_back(self, position: int) -> None:
+        if not self.timeline[position].lazy and position != self.position:
+            target = self.timeline.move(position)
+            self._hold_object(target)
+            self._enter(target)
+
+    def _hold_object(self, step) -> None:
+        if step.sdfg is None:   # dropped from the live steps (history rule 1)
+            step.sdfg = dace.SDFG.from_json(json.loads(step.sdfg_json))
+            self.timeline.hold(step)
 
     def attach(self, progress=None, lock=None, verify_steps: bool = None,
                step_checks=None) -> None:
@@ -200,16 +263,11 @@ class SessionSteps:
     @holding_lock
     def goto(self, step: int) -> bool:
         """Restore the SDFG (and weights) exactly as they were after ``step``."""
+        if 0 <= step < len(self.timeline) and self.timeline[step].lazy:
+            self._replay(step)
         target = self.timeline.move(step)
-        if target.sdfg is None:   # dropped from the live steps (history rule 1)
-            target.sdfg = dace.SDFG.from_json(json.loads(target.sdfg_json))
-            self.timeline.hold(target)
-        if target.shape is not None:
-            working_graph.install(target.sdfg, target.shape)
-        self.sdfg = target.sdfg
-        if target.movement is not None:
-            self._movement = (self._figure_key(), target.movement)
-        self.model.weights = target.weights
+        self._hold_object(target)
+        self._enter(target)
         if not self._batch:
             self.autosave()
         return True
@@ -220,6 +278,8 @@ class SessionSteps:
         step = self.timeline[position]
         if position == self.position and step.sdfg is self.sdfg:
             return self.sdfg
+        if step.lazy:
+            self._replay(position)
         return step.readable()
 
     def _figure_key(self) -> tuple:

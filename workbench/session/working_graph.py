@@ -165,6 +165,23 @@ def copy_of(sdfg, shape: Shape):
     return host
 
 
+def serialized(sdfg, shape: Shape) -> dict:
+    """``to_json()`` of host ``sdfg`` holding ``shape``, without copying it: the Shape is
+    installed for the call and the one held before put back. The caller holds the
+    session's lock (whatever reads the live graph holds it too); a host that holds no
+    captured Shape is copied instead."""
+    now = _INSTALLED.get(sdfg)
+    if shape is None or now is shape:
+        return sdfg.to_json()
+    if now is None:
+        return copy_of(sdfg, shape).to_json()
+    install(sdfg, shape)
+    try:
+        return sdfg.to_json()
+    finally:
+        install(sdfg, now)
+
+
 @dataclass
 class Spliced:
     """A step done in place: the live graph's Shape before and after, the region's data
