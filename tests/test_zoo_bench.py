@@ -36,13 +36,14 @@ def test_zoo_bench_rows_ratios_geomean_busy_and_a_failed_model(tmp_path):
     # 16 MiB admits mlp and resblock but not bert-layer (27 MiB): a real failure to open
     plot = tmp_path / "zoo.png"
     proc = app("--zoo", "--models", "mlp,zoo:resblock,bert-layer", "--repeat", "3",
-               "--warmup", "1", "--busy", "--json", "--plot", str(plot),
+               "--warmup", "1", "--runs", "1", "--busy", "--json", "--plot", str(plot),
                env={"WORKBENCH_MEMORY_BUDGET": "16M"})
     assert proc.returncode == 1, proc.stderr  # one model failed
     text, last = proc.stdout, proc.stdout.strip().splitlines()[-1]
     d = json.loads(last)
     assert text.splitlines()[0].startswith("CPU: ") and "avx2" in text.splitlines()[0]
     assert d["recipe"] == "auto" and d["repeat"] == 3 and d["threads"] == 2 and d["busy"]
+    assert d["runs"] == 1
     assert isinstance(d["machine"]["avx2"], bool) and isinstance(d["machine"]["avx512f"], bool)
     assert d["machine"]["onnxruntime"] and d["machine"]["cpu"]
     assert d["machine"]["load_average"] >= 0 and d["load_average_after"] >= 0
@@ -61,6 +62,7 @@ def test_zoo_bench_rows_ratios_geomean_busy_and_a_failed_model(tmp_path):
                 assert 0 < t["min_ms"] <= t["median_ms"]
                 assert t["spread"] == pytest.approx(t["median_ms"] / t["min_ms"], rel=1e-3)
             assert r[run]["ratio"] == pytest.approx(wb["median_ms"] / ort["median_ms"], rel=1e-3)
+            assert r[run]["ratio_range"] == [r[run]["ratio"]] * 2 and len(r[run]["runs"]) == 1
         for who in ("workbench", "onnxruntime"):
             assert r["slowdown"][who] == pytest.approx(
                 r["busy"][who]["median_ms"] / r["quiet"][who]["median_ms"], rel=1e-3)
@@ -82,7 +84,7 @@ def test_zoo_bench_rows_ratios_geomean_busy_and_a_failed_model(tmp_path):
 
 def test_missing_full_size_model_is_skipped_with_its_command(tmp_path):
     # an empty cache: no full-size model has been generated there
-    proc = app("--zoo", "--full", "--models", "resnet", "--repeat", "1", "--json",
+    proc = app("--zoo", "--full", "--models", "resnet", "--repeat", "1", "--runs", "1", "--json",
                env={"WORKBENCH_CACHE": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads(proc.stdout.strip().splitlines()[-1])["rows"]
@@ -123,6 +125,7 @@ def test_busy_process_ends_when_its_parent_is_killed():
     (("--zoo", "--models", "nosuch"), "not in the zoo"),
     (("--zoo", "--recipe", "nosuch"), "unknown recipe"),
     (("mlp", "--busy"), "only go with --zoo"),
+    (("mlp", "--runs", "0"), "at least 1"),
     ((), "needs a MODEL"),
 ])
 def test_bad_arguments_exit_2(argv, says):

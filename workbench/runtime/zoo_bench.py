@@ -5,6 +5,11 @@ Each model is opened, given the recipe, built, and timed by ``benchmark.bench``
 others still run. A full-size model not generated yet is a skipped row naming
 the command that writes it.
 
+Every model is timed in ``runs`` interleaved measurements (default 3): one
+ratio on this shared machine is not a result (MobileNetV2 gave 1.61, 1.08 and
+1.13 minutes apart). A row reports the run with the median ratio (the lower
+middle one for an even count), beside the lowest and highest ratio.
+
 With ``busy`` every model is timed twice: quiet, then with one competing
 process spinning on a core during its timed rounds, so the table shows how
 much each runtime slows down when it does not have the machine to itself.
@@ -90,13 +95,47 @@ class Run:
 
 
 @dataclass
+class Runs:
+    """Several interleaved runs of one model; reads as the run with the median ratio."""
+    each: list   # [Run]
+
+    @property
+    def median_run(self) -> Run:
+        return sorted(self.each, key=lambda r: r.ratio)[(len(self.each) - 1) // 2]
+
+    @property
+    def workbench(self) -> Timing:
+        return self.median_run.workbench
+
+    @property
+    def onnxruntime(self) -> Timing:
+        return self.median_run.onnxruntime
+
+    @property
+    def ratio(self) -> float:
+        return self.median_run.ratio
+
+    @property
+    def low(self) -> float:
+        return min(r.ratio for r in self.each)
+
+    @property
+    def high(self) -> float:
+        return max(r.ratio for r in self.each)
+
+    def to_dict(self) -> dict:
+        return {**self.median_run.to_dict(), "ratio_range": [round(self.low, 4), round(self.high, 4)],
+                "runs": [r.to_dict() for r in self.each]}
+
+
+@dataclass
 class ZooRow:
     model: str
     kind: str                  # the zoo entry's: bundled, export, full
     status: str = "ok"         # ok, failed, skipped
     detail: str = ""           # the error (failed), the command to generate it (skipped)
-    quiet: Run = None
-    busy: Run = None           # with a competing process (--busy)
+    quiet: Runs = None
+    busy: Runs = None          # with a competing process (--busy)
     busy_pid: int = None       # the competing process's pid, to check that it is gone
 
     @property
@@ -139,6 +178,7 @@ class ZooBench:
     threads: int
     busy: bool
     machine: dict
+    runs: int
     rows: list = field(default_factory=list)
     load_after: float = None   # the load average when the last model was done
 
@@ -160,16 +200,18 @@ class ZooBench:
         return out
 
     def to_dict(self) -> dict:
-        return {"recipe": self.recipe, "repeat": self.repeat, "threads": self.threads,
-                "busy": self.busy, "machine": self.machine, "load_average_after": self.load_after,
+        return {"recipe": self.recipe, "repeat": self.repeat, "runs": self.runs,
+                "threads": self.threads, "busy": self.busy, "machine": self.machine, "load_average_after": self.load_after,
                 "rows": [r.to_dict() for r in self.rows], "geomean": self.geomeans(),
                 "failed": len(self.failed)}
 
     def table(self) -> str:
         """The results; the machine line is printed before the run starts."""
-        lines = [f"recipe {self.recipe}, {self.threads} threads, {self.repeat} rounds; "
-                 f"ms: median (min, spread = median/min)",
-                 f"{'model':<22}{'workbench ms':>28}{'onnxruntime ms':>28}{'ratio':>9}"]
+        lines = [f"recipe {self.recipe}, {self.threads} threads, {self.repeat} rounds, "
+                 f"{self.runs} run(s); ms: median (min, spread = median/min) of the run with "
+                 f"the median ratio; range: the lowest and highest ratio of the runs",
+                 f"{'model':<22}{'workbench ms':>28}{'onnxruntime ms':>28}{'ratio':>9}"
+                 f"{'range':>15}"]
         for r in self.rows:
             lines.append(f"{r.model:<22}" + (_run_cells(r.quiet) if r.quiet else f"  {r.status}: "
                                              f"{_one_line(r.detail, 120)}"))
@@ -177,7 +219,7 @@ class ZooBench:
             lines += ["", "busy: one competing process spinning during the timed rounds; "
                           "slowdown = busy median / quiet median",
                       f"{'model':<22}{'workbench ms':>28}{'onnxruntime ms':>28}{'ratio':>9}"
-                      f"{'wb slow':>9}{'ort slow':>9}{'wb/ort':>8}"]
+                      f"{'range':>15}{'wb slow':>9}{'ort slow':>9}{'wb/ort':>8}"]
             for r in self.rows:
                 if r.busy:
                     lines.append(f"{r.model:<22}{_run_cells(r.busy)}{r.slowdown('workbench'):>9.3g}"
@@ -204,10 +246,10 @@ def _round(value, digits=4):
     return None if value is None else round(value, digits)
 
 
-def _run_cells(run: Run) -> str:
+def _run_cells(runs: Runs) -> str:
     cells = "".join(f"{t.median_ms:>11.3f} ({t.min_ms:.3f}, {t.spread:.2f})".rjust(28)
-                    for t in (run.workbench, run.onnxruntime))
-    return f"{cells}{run.ratio:>9.3f}"
+                    for t in (runs.workbench, runs.onnxruntime))
+    return f"{cells}{runs.ratio:>9.3f}{f'{runs.low:.3f}-{runs.high:.3f}':>15}"
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -266,13 +308,13 @@ def busy_process():
 
 
 def run_zoo(entries, prepare, recipe: str, repeat: int, warmup: int, threads: int,
-            busy: bool = False, progress=None) -> ZooBench:
-    """Bench every entry; ``prepare(entry)`` opens, optimizes and builds its session.
-    Anything a model raises (but an interrupt) becomes its failed row."""
+            busy: bool = False, progress=None, runs: int = 3) -> ZooBench:
+    """Bench every entry ``runs`` times; ``prepare(entry)`` opens, optimizes and builds
+    its session. Anything a model raises (but an interrupt) becomes its failed row."""
     import gc
     from workbench.progress import SILENT
     progress = progress or SILENT
-    out = ZooBench(recipe, repeat, threads, busy, machine_info(threads))
+    out = ZooBench(recipe, repeat, threads, busy, machine_info(threads), runs)
     for entry in entries:
         row = ZooRow(entry.name, entry.kind)
         out.rows.append(row)
@@ -283,12 +325,15 @@ def run_zoo(entries, prepare, recipe: str, repeat: int, warmup: int, threads: in
         try:
             with progress.phase(f"{entry.name}: open, recipe {recipe}, build"):
                 ws = prepare(entry)
-            with progress.phase(f"{entry.name}: {repeat} interleaved rounds"):
-                row.quiet = Run.of(bench(ws, ("onnxruntime",), repeat, warmup, threads, recipe))
+            with progress.phase(f"{entry.name}: {runs} x {repeat} interleaved rounds"):
+                row.quiet = Runs([Run.of(bench(ws, ("onnxruntime",), repeat, warmup, threads,
+                                               recipe)) for _ in range(runs)])
             if busy:
-                with progress.phase(f"{entry.name}: {repeat} rounds, busy"), busy_process() as p:
+                with progress.phase(f"{entry.name}: {runs} x {repeat} rounds, busy"), \
+                        busy_process() as p:
                     row.busy_pid = p.pid
-                    row.busy = Run.of(bench(ws, ("onnxruntime",), repeat, warmup, threads, recipe))
+                    row.busy = Runs([Run.of(bench(ws, ("onnxruntime",), repeat, warmup, threads,
+                                                  recipe)) for _ in range(runs)])
         except Exception as e:  # noqa: BLE001 (one model's failure is its row, not the run's)
             # the whole message in the JSON: a compiler's error sits deep in its first line
             row.status, row.detail = "failed", f"{type(e).__name__}: {str(e).strip()[:4000]}"
@@ -315,12 +360,13 @@ def plot(result: ZooBench, path) -> None:
     width = 0.4 if result.busy else 0.7
     fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(rows) + 2), 5))
     offset = width / 2 if result.busy else 0
-    ax.bar(x - offset, [r.quiet.ratio for r in rows], width,
+    ax.bar(x - offset, [r.quiet.ratio for r in rows], width, yerr=_range_bars(r.quiet for r in rows),
            color=[EXPORT_COLOR if r.real else BUNDLED_COLOR for r in rows])
     handles = [Patch(color=EXPORT_COLOR, label="real exports"),
                Patch(color=BUNDLED_COLOR, label="bundled blocks")]
     if result.busy:
-        ax.bar(x + offset, [r.busy.ratio for r in rows], width, color=BUSY_COLOR)
+        ax.bar(x + offset, [r.busy.ratio for r in rows], width,
+               yerr=_range_bars(r.busy for r in rows), color=BUSY_COLOR)
         handles.append(Patch(color=BUSY_COLOR, label="with one competing busy process"))
     ax.axhline(1.0, color="black", linewidth=1)
     ax.set_yscale("log")
@@ -331,10 +377,17 @@ def plot(result: ZooBench, path) -> None:
     ax.set_xticks(x, [r.model for r in rows], rotation=45, ha="right")
     ax.set_ylabel("workbench median / onnxruntime median")
     m, left_out = result.machine, len(result.rows) - len(rows)
-    ax.set_title(f"recipe {result.recipe}, {result.threads} threads, {result.repeat} rounds; "
+    ax.set_title(f"recipe {result.recipe}, {result.threads} threads, {result.repeat} rounds, "
+                 f"median of {result.runs} run(s); "
                  f"avx2 {m['avx2']}, avx512f {m['avx512f']}"
                  + (f"; {left_out} failed or skipped, not shown" if left_out else ""), fontsize=9)
     ax.legend(handles=handles, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _range_bars(runs) -> list:
+    """Error bars from each median ratio down to the lowest and up to the highest."""
+    runs = list(runs)
+    return [[r.ratio - r.low for r in runs], [r.high - r.ratio for r in runs]]
