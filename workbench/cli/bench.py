@@ -20,6 +20,10 @@ def register(sub):
                         "one, not by units) (default onnxruntime)")
     p.add_argument("--plot", metavar="OUT.png", help="bar chart of per-operator and total times "
                    "(--zoo: of the ratio per model)")
+    p.add_argument("--by-op", action="store_true",
+                   help="every operator's time beside onnxruntime's own per-node profile, "
+                        "mapped onto the model's ONNX nodes, sorted by the time lost "
+                        "(workbench/runtime/by_op.py)")
     p.add_argument("--interactive", action="store_true",
                    help="time open, list, apply, undo, the recipe (default auto), a cold build, "
                         "a rebuild and a cold build in a fresh process instead "
@@ -49,6 +53,9 @@ def run(args, progress) -> int:
         raise BadInputError("--repeat, --runs and --threads must be at least 1.")
     if args.zoo:
         return run_zoo(args, progress)
+    if args.by_op and (args.interactive or args.baseline or args.plot):
+        raise BadInputError("--by-op profiles one model against onnxruntime: leave out "
+                            "--interactive, --baseline and --plot.")
     zoo_only = [flag for flag, given in (("--full", args.full), ("--busy", args.busy),
                                          ("--models", args.models and not args.scaling))
                 if given]
@@ -65,6 +72,8 @@ def run(args, progress) -> int:
         ws = open_session(args, progress)
     apply_recipe(ws, args, progress)
     ws.build()
+    if args.by_op:
+        return run_by_op(ws, args, progress)
     baselines = [b.strip() for b in (args.baseline or "onnxruntime").split(",") if b.strip()]
     with progress.phase(f"bench {args.runs} x {args.repeat} interleaved rounds"):
         runs = [bench(ws, baselines, args.repeat, args.warmup, args.threads, args.recipe or "")
@@ -87,6 +96,16 @@ def run(args, progress) -> int:
         print(f"  plot written to {args.plot}")
     if args.json:
         emit_json(d)
+    return 0
+
+
+def run_by_op(ws, args, progress) -> int:
+    from workbench.runtime.by_op import by_op
+    with progress.phase(f"profile both runtimes, {args.repeat} calls each"):
+        result = by_op(ws, args.repeat, args.warmup, args.threads)
+    print(result.table())
+    if args.json:
+        emit_json(result.to_dict())
     return 0
 
 
@@ -144,7 +163,8 @@ def run_zoo(args, progress) -> int:
     from workbench.recipe import load_recipe
     from workbench.runtime import zoo_bench
     clashes = [what for what, given in (("MODEL", args.model), ("--interactive", args.interactive),
-                                        ("--shape", args.shape), ("--baseline", args.baseline))
+                                        ("--shape", args.shape), ("--baseline", args.baseline),
+                                        ("--by-op", args.by_op))
                if given]
     if clashes:
         raise BadInputError(f"--zoo runs the bundled models and the zoo against onnxruntime, each "

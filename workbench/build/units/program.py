@@ -215,6 +215,7 @@ def place_stub(library: Path, name: str) -> None:
     import hashlib
     import os
     import shutil
+    import threading
     from workbench.build.units import cache
     stub_source = Path(dace.__file__).parent / "codegen" / "tools" / "dacestub.cpp"
     cxx = pch.compiler_path() or "c++"
@@ -222,7 +223,9 @@ def place_stub(library: Path, name: str) -> None:
     compiled = cache.root() / "stubs" / f"libdacestub-{key.hexdigest()[:16]}.so"
     if not compiled.is_file():
         compiled.parent.mkdir(parents=True, exist_ok=True)
-        staging = compiled.with_suffix(f".{os.getpid()}.tmp")
+        # per process and thread: a session builds its program and the profile's
+        # instrumented one side by side, and both may find no stub yet
+        staging = compiled.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
         done = subprocess.run([cxx, "-O2", "-fPIC", "-shared", "-fopenmp", "-o", str(staging),
                                str(stub_source), "-ldl"], capture_output=True, text=True)
         if done.returncode != 0:
