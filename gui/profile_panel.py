@@ -178,19 +178,27 @@ class ProfilePanel(QWidget):
         self._plotted_for = shows
         ax = self.ax_ops
         ax.clear()
-        ops = sorted((prof.per_operator if prof else {}).items(), key=lambda kv: -kv[1])
-        ops = ops[:TOP_OPERATORS][::-1]
+        ops = _slowest(prof)
         if ops:
             types = self._op_types()
-            names = [label_of(n, types) for n, _ in ops]
-            ys = range(len(ops))
-            ax.barh(list(ys), [ms for _, ms in ops], 0.7, color="#3b7dd8", label="workbench")
-            ax.set_yticks(list(ys))
+            names = [label_of(n[0], types) + (f" (+{len(n) - 1})" if len(n) > 1 else "")
+                     for n, _, _ in ops]
+            ys = list(range(len(ops)))
+            against = prof.by_op is not None
+            high = 0.38 if against else 0.7
+            ax.barh([y + (high / 2 if against else 0) for y in ys], [ms for _, ms, _ in ops], high,
+                    color="#3b7dd8", label="workbench")
+            if against:   # onnxruntime's nodes that cover the same ONNX operators
+                ax.barh([y - high / 2 for y in ys], [ort for _, _, ort in ops], high,
+                        color="#f39c12", label="onnxruntime")
+                ax.legend(loc="lower right", fontsize=7)
+            ax.set_yticks(ys)
             ax.set_yticklabels(names, fontsize=6.5)
             ax.set_xlabel("median ms per operator")
             busy = " — machine busy, times too long" if (
                 self.ctl.last_conditions is not None and self.ctl.last_conditions.busy) else ""
-            ax.set_title(f"Slowest operators (profile of step {prof.step}){busy}", fontsize=8,
+            vs = " against onnxruntime" if against else ""
+            ax.set_title(f"Slowest operators{vs} (profile of step {prof.step}){busy}", fontsize=8,
                          color="#b54708" if busy else "black")
         else:
             ax.text(0.5, 0.5, "Press Profile to time the operators", ha="center", va="center",
@@ -199,6 +207,7 @@ class ProfilePanel(QWidget):
             ax.set_yticks([])
         self.plotted["operators"] = len(ops)
         self.plotted["labels"] = names if ops else []
+        self.plotted["against"] = bool(ops) and prof.by_op is not None
 
         ax = self.ax_steps
         ax.clear()
@@ -263,6 +272,21 @@ COLOURS_DETAIL = ("A node's colour is the time of its kernels in the last profil
                   "not run; the edges' width and colour show its bytes. A compute node stays "
                   "uncoloured only when the profile has no kernel of it, which happens for "
                   "nodes made by steps after the profiled one.")
+
+
+def _slowest(prof) -> list:
+    """[(workbench operator names, their ms, onnxruntime's ms or None)], the slowest
+    ``TOP_OPERATORS`` last (barh draws bottom up): by ``bench --by-op``'s rows when
+    the profile has them (operators sharing ONNX nodes with one onnxruntime node
+    are one bar), else operator by operator."""
+    if prof is None:
+        return []
+    if prof.by_op is not None:
+        bars = [(r["workbench"], r["workbench_ms"], r["onnxruntime_ms"]) for r in prof.by_op
+                if r["workbench"]]
+    else:
+        bars = [([name], ms, None) for name, ms in prof.per_operator.items()]
+    return sorted(bars, key=lambda b: -b[1])[:TOP_OPERATORS][::-1]
 
 
 def _quartiles(prof):

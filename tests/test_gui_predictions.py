@@ -217,6 +217,9 @@ def test_profile_names_meet_the_graph_after_auto(qtbot, window, monkeypatch):
         timeout=30_000)
     # the chart's bars are the nodes' labels: op type and ONNX name
     assert any(label.startswith("ConvEpilogue") for label in w.profile.plotted["labels"])
+    # beside each bar, onnxruntime's nodes that cover the same ONNX operators
+    assert prof.by_op and w.profile.plotted["against"]
+    assert {n for r in prof.by_op for n in r["workbench"]} == set(prof.per_operator)
     assert "uncoloured: arrays" in w.profile.colours.text()
     # the fused convolutions' time counts as tensor contraction in the class table
     def runtime_share(cls):

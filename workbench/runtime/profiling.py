@@ -34,6 +34,9 @@ class Profile:
     threads: int = DEFAULT_THREADS
     repeat: int = 0
     warmup: int = 0
+    # with the reference: the operators against onnxruntime's nodes, mapped onto the
+    # model's ONNX nodes (workbench.runtime.by_op rows as dicts, most time lost first)
+    by_op: list = None
 
     @property
     def spread_ms(self) -> float:

@@ -100,14 +100,16 @@ class SessionRuns:
         with self.progress.phase("per-operator timers"):
             self._call(timed, args, repeat=max(3, min(repeat, 10)))  # a report per call
             per_op, per_kernel = prof.kernel_times(timed, self.operator_names())
-        ref = None
+        ref, rows = None, None
         if reference:
-            with self.progress.phase("time onnxruntime"):
-                ref = prof.median(prof.reference_times(self.model.reference_model,
-                                                       self.reference_feeds(inputs), repeat,
-                                                       warmup, threads))
+            from workbench.runtime import by_op
+            model = self.model.reference_model
+            with self.progress.phase("time and profile onnxruntime"):
+                times, optimized, ref = by_op.onnxruntime_node_times(
+                    model, self.reference_feeds(inputs), threads, repeat, warmup)
+                rows = [r.to_dict() for r in by_op.compare(model, optimized, times, per_op)]
         result = prof.Profile(self.position, prof.median(samples), min(samples), max(samples),
-                              samples, per_op, per_kernel, ref, threads, repeat, warmup)
+                              samples, per_op, per_kernel, ref, threads, repeat, warmup, rows)
         self.profiles.append(result)
         return result
 
