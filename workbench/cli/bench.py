@@ -41,6 +41,10 @@ def register(sub):
     p.add_argument("--full", action="store_true", help="with --zoo: the full-size exports")
     p.add_argument("--models", metavar="A,B", help="with --zoo: only these zoo names; with "
                    "--scaling: the models to compare")
+    p.add_argument("--against", metavar="BASELINE.json",
+                   help="with --zoo: compare each model's ratio with a saved `bench --zoo "
+                        "--json` run and name every model more than 15%% slower (exit 1); "
+                        "workbench/runtime/speed_guard.py")
     p.add_argument("--busy", action="store_true",
                    help="with --zoo: time each model again with one competing busy process")
     p.set_defaults(run=run)
@@ -57,6 +61,7 @@ def run(args, progress) -> int:
         raise BadInputError("--by-op profiles one model against onnxruntime: leave out "
                             "--interactive, --baseline and --plot.")
     zoo_only = [flag for flag, given in (("--full", args.full), ("--busy", args.busy),
+                                         ("--against", args.against),
                                          ("--models", args.models and not args.scaling))
                 if given]
     if zoo_only:
@@ -172,6 +177,10 @@ def run_zoo(args, progress) -> int:
                             f"with --models A,B).")
     recipe = args.recipe or "auto"
     load_recipe(recipe)  # a bad recipe is bad input, not one failed row per model
+    baseline = None
+    if args.against:
+        from workbench.runtime import speed_guard
+        baseline = speed_guard.read_baseline(args.against)   # bad input before any run
     entries = zoo_bench.pick(args.full, args.models)
 
     def prepare(entry):
@@ -187,6 +196,11 @@ def run_zoo(args, progress) -> int:
     if args.plot:
         zoo_bench.plot(result, args.plot)
         print(f"plot written to {args.plot}")
+    regressed = False
+    if baseline is not None:
+        changes = speed_guard.compare(baseline, result.to_dict())
+        print(speed_guard.table(changes, args.against))
+        regressed = any(c.regressed() for c in changes)
     if args.json:
         emit_json(result.to_dict())
-    return 1 if result.failed else 0
+    return 1 if result.failed or regressed else 0
