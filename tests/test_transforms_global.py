@@ -78,6 +78,23 @@ def test_remove_identity():
     _verify(ws)
 
 
+def test_a_cast_to_the_type_it_has_is_removed_and_a_real_cast_stays():
+    model = _model([helper.make_node("Cast", ["x"], ["a"], name="same", to=TensorProto.FLOAT),
+                    helper.make_node("Pow", ["a", "two"], ["p"], name="pow"),
+                    helper.make_node("Cast", ["p"], ["i"], name="to_int", to=TensorProto.INT32),
+                    helper.make_node("Cast", ["i"], ["y"], name="back", to=TensorProto.FLOAT)],
+                   {"x": [8, 16]}, {"y": [8, 16]}, {"two": np.array(2.0, np.float32)})
+    ws = workbench.open(model)
+    before = ws.data_movement().moved_bytes
+    found = {m.description for m in _matches(ws, "RemoveIdentity")}
+    assert found == {"remove same"}   # float -> int32 -> float truncates: not a copy
+    assert _apply_all(ws, "RemoveIdentity") == 1
+    assert ws.data_movement().moved_bytes == before - 2 * 8 * 16 * 4
+    assert {n.onnx_name for n, _ in ws.sdfg.all_nodes_recursive()
+            if getattr(n, "op_type", None) == "Cast"} == {"to_int", "back"}
+    _verify(ws)
+
+
 # -- ConstantFolding and DeadCodeElimination ------------------------------------
 def _weights_model():
     rng = np.random.default_rng(0)

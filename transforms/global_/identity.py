@@ -1,8 +1,12 @@
-"""RemoveIdentity: Identity and inference-time Dropout copy data for nothing.
+"""RemoveIdentity: Identity, inference-time Dropout and a Cast to the type its input
+already has copy data for nothing.
 
 Rules:
-1. Matches an Identity, or a Dropout whose mask output is absent and which
-   has no ``ratio``/``training_mode`` input that could turn it on.
+1. Matches an Identity; a Dropout whose mask output is absent and which
+   has no ``ratio``/``training_mode`` input that could turn it on; a Cast
+   whose input and output arrays have the same element type (exporters write
+   ``x.to(torch.float32)`` on float32 tensors: T5's RMS norm and softmax,
+   Llama-style decoders), which ONNX defines as a copy.
 2. If the output is a transient, its readers read the input instead.
 3. Else, if the input is a transient written only here, the producer
    writes the output directly.
@@ -18,8 +22,14 @@ from workbench.transformation_api import register
 def _removable(sdfg, state, node) -> bool:
     if node.op_type == "Dropout" and (any(node.onnx_outputs[1:]) or any(node.onnx_inputs[1:])):
         return False
+    if len(state.in_edges(node)) != 1 or len(state.out_edges(node)) != 1:
+        return False
     src = state.in_edges(node)[0].src
     dst = state.out_edges(node)[0].dst
+    if node.op_type == "Cast" and (
+            sdfg.arrays[src.data].dtype != sdfg.arrays[dst.data].dtype
+            or tuple(sdfg.arrays[src.data].shape) != tuple(sdfg.arrays[dst.data].shape)):
+        return False
     if sdfg.arrays[dst.data].transient and readers_elsewhere(sdfg, state, dst.data) == 0:
         return True
     return (sdfg.arrays[src.data].transient and state.in_degree(src) == 1
@@ -30,8 +40,8 @@ def _removable(sdfg, state, node) -> bool:
 class RemoveIdentity(OperatorTransformation):
     level = "global"
     name = "RemoveIdentity"
-    description = "Remove Identity and inference Dropout nodes (no copy)"
-    op_types = {"Identity", "Dropout"}
+    description = "Remove Identity, inference Dropout and same-type Cast nodes (no copy)"
+    op_types = {"Identity", "Dropout", "Cast"}
     refusal = "{node.onnx_name} can no longer be removed"
 
     def plan(self, sdfg, state, node, weights=None):
