@@ -135,6 +135,12 @@ CASES = {
                   C("float64", {"a": f64(3), "b": pos(3).astype("float64")})),
     "Pow": [C("same", {"a": pos(2, 3), "b": rand(2, 3)}),
             C("square", {"a": rand(2, 3, 4)}, init={"b": np.array(2.0, "float32")}),
+            # a constant 2 or 3 is computed as products: infinities, NaN and -0 too
+            C("square_special", {"a": np.array([np.inf, -np.inf, np.nan, -0.0, 3e19, -1.5],
+                                               "float32")}, init={"b": np.array([2.0], "float32")}),
+            C("cube", {"a": rand(2, 3, 4)}, init={"b": np.array(3.0, "float32")}),
+            C("int_square", {"a": irand(6, dtype="int64", lo=-9, hi=9)},
+              init={"b": np.array(2, "int64")}),
             C("float_base_int_exponent", {"a": rand(2, 3),
                                           "b": irand(3, dtype="int64", lo=0, hi=4)}),
             C("int_base_float_exponent", {"a": irand(2, 3, lo=0, hi=6),

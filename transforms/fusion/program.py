@@ -44,7 +44,8 @@ def _attrs(node) -> dict:
 
 def table_expression(node):
     """(expression over placeholder names, the names bound to present inputs) or None."""
-    return ew.expression(node.op_type, _attrs(node), node.opset, node.onnx_inputs)
+    return ew.expression(node.op_type, _attrs(node), node.opset, node.onnx_inputs,
+                         lambda: node.consts)
 
 
 def is_elementwise(node) -> bool:

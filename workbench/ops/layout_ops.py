@@ -222,8 +222,16 @@ def matmul_strided_blas(call):
     return sdfg
 
 
+# A GEMM of up to this many multiply-adds is too small for the BLAS to split across
+# threads with profit (attention's per-head products: 128x128x64 is 1M): a batch of
+# them runs one GEMM per thread instead, in an OpenMP loop over the batch, where
+# OpenBLAS and MKL run single-threaded.
+SMALL_GEMM = 1 << 22
+
+
 def _gemm_code(plan, view_of, conns, y, batch, dtype, alpha, beta) -> str:
-    """Nested loops over the batch, one cblas_?gemm each, pointers offset by stride."""
+    """Nested loops over the batch, one cblas_?gemm each, pointers offset by stride;
+    the loops run in parallel when the GEMMs are small (``SMALL_GEMM``)."""
     M, N, K, (ta, lda, first), (tb, ldb, second), ldy = plan
     prefix, ctype = _BLAS_TYPES[dtype]
     loops = [f"__b{i}" for i in range(len(batch))]
@@ -234,6 +242,11 @@ def _gemm_code(plan, view_of, conns, y, batch, dtype, alpha, beta) -> str:
             f"{conns[second]} + ({at[second]}), {ldb}, ({ctype})({beta!r}), "
             f"_y + ({at[y]}), {ldy});")
     lines = [f"for (long long {p} = 0; {p} < {n}; ++{p}) {{" for p, n in zip(loops, batch)]
+    count = 1
+    for n in batch:
+        count *= n
+    if count > 1 and M * N * K <= SMALL_GEMM:   # Y's blocks are disjoint: no race
+        lines.insert(0, f"#pragma omp parallel for collapse({len(loops)}) schedule(static)")
     return "\n".join(lines + [call] + ["}"] * len(loops))
 
 
