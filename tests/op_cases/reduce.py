@@ -6,6 +6,17 @@ from op_cases.base import C, ints, pos, rand
 _rng = np.random.default_rng(11)
 
 
+def masked_scores():
+    """Attention-like scores, 4 rows of 200: a masked tail (float's lowest added, as
+    exporters mask), scattered masked lanes, -inf lanes, and a row masked but for one."""
+    x = rand(4, 200) * 3
+    x[0, 130:] += np.finfo(np.float32).min
+    x[1, _rng.random(200) < 0.5] += np.finfo(np.float32).min
+    x[2, ::7] = -np.inf
+    x[3, 1:] += np.finfo(np.float32).min
+    return x
+
+
 def small_ints(*shape, dtype="int32"):
     """Few distinct values, so lines hold ties."""
     return _rng.integers(-2, 3, shape).astype(dtype)
@@ -71,7 +82,11 @@ CASES = {
                 C("axis1", {"x": rand(2, 3, 4)}, {"axis": 1}),
                 C("default", {"x": rand(3, 5) * 4}),
                 # Before opset 13 Softmax flattens to 2-D at axis.
-                C("opset11_axis1", {"x": rand(2, 3, 4)}, {"axis": 1}, opset=11)],
+                C("opset11_axis1", {"x": rand(2, 3, 4)}, {"axis": 1}, opset=11),
+                # masked scores as exporters write them: rows of 200 (chunks of 64) with a
+                # masked tail, masked lanes here and there, -inf, a row masked whole
+                C("masked", {"x": masked_scores()}, {"axis": -1}),
+                C("masked_float64", {"x": masked_scores().astype("float64")}, {"axis": -1})],
     "LogSoftmax": [C("last", {"x": rand(2, 3, 4)}, {"axis": -1}),
                    C("axis0", {"x": rand(2, 3, 4)}, {"axis": 0}),
                    C("opset11_default", {"x": rand(2, 3, 4)}, opset=11)],

@@ -5,9 +5,10 @@ keep the statistics in arrays. Here one map runs over the rows (OpenMP over
 them) and each row is one C++ tasklet that loops over its elements:
 
 1. Softmax/LogSoftmax: a running max and sum in one sweep (per chunk of 64
-   elements: the chunk's max, the sum rescaled once to it, then the chunk's
-   exponentials; loops without branches, vectorized as in ``simd.py``),
-   then one normalize sweep. No exponential is stored.
+   elements: the chunk's max and min, the sum rescaled once to the max, then
+   the chunk's exponentials; loops without branches, vectorized as in
+   ``simd.py``; masked chunks as ``EXP_FLOOR`` says), then one normalize
+   sweep. No exponential is stored.
 2. LayerNormalization: the sum and the sum of squares of ``x - x[0]`` in
    double in one sweep (shifting by a sample keeps the variance exact when
    the mean is large), then one normalize sweep.
@@ -26,25 +27,63 @@ from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
 from workbench.ops.simd import FLOAT_TYPES, SIMD_MATH
 
 CHUNK = 64
+# Masked scores (x - max near -3.4e38: exporters add float's lowest to masked
+# attention scores) send libmvec's vector exp to its scalar path for the whole vector:
+# 8x128x128 took 1.3 ms instead of 0.15-0.20 with half of each row masked. Each chunk
+# of a row is checked first: one whose every score is within EXP_FLOOR of the max runs
+# the plain loop; one whose every score is below it adds 0 (the exponentials are under
+# 2e-35 for float); a mixed one clamps the argument and takes 0 below the floor.
+EXP_FLOOR = {"float": -80.0, "double": -700.0}
 
 SOFTMAX_STATS = """
 {T} m_ = {x}[0];
 {T} s_ = 0;
 for (int c_ = 0; c_ < {n}; c_ += {chunk}) {{
     const int e_ = c_ + {chunk} < {n} ? c_ + {chunk} : {n};
-    {T} cm_ = m_;
-    #pragma omp simd reduction(max: cm_)
-    for (int j_ = c_; j_ < e_; ++j_) cm_ = {x}[j_ * {stride}] > cm_ ? {x}[j_ * {stride}] : cm_;
+    {T} hi_ = {x}[c_ * {stride}], lo_ = hi_;
+    #pragma omp simd reduction(max: hi_) reduction(min: lo_)
+    for (int j_ = c_; j_ < e_; ++j_) {{
+        hi_ = {x}[j_ * {stride}] > hi_ ? {x}[j_ * {stride}] : hi_;
+        lo_ = {x}[j_ * {stride}] < lo_ ? {x}[j_ * {stride}] : lo_;
+    }}
+    const {T} cm_ = hi_ > m_ ? hi_ : m_;
     s_ *= std::exp(m_ - cm_);
     m_ = cm_;
-    #pragma omp simd reduction(+: s_)
-    for (int j_ = c_; j_ < e_; ++j_) s_ += std::exp({x}[j_ * {stride}] - m_);
+    if (lo_ - m_ >= {T}({lo})) {{
+        #pragma omp simd reduction(+: s_)
+        for (int j_ = c_; j_ < e_; ++j_) s_ += std::exp({x}[j_ * {stride}] - m_);
+    }} else if (hi_ - m_ >= {T}({lo})) {{
+        #pragma omp simd reduction(+: s_)
+        for (int j_ = c_; j_ < e_; ++j_) {{
+            const {T} d_ = {x}[j_ * {stride}] - m_;
+            const {T} f_ = std::exp(d_ < {T}({lo}) ? {T}({lo}) : d_);
+            s_ += d_ < {T}({lo}) ? {T}(0) : f_;
+        }}
+    }}
 }}
 """
 SOFTMAX_OUT = {
     "Softmax": """const {T} r_ = {T}(1) / s_;
-#pragma omp simd
-for (int j_ = 0; j_ < {n}; ++j_) {y}[j_ * {stride}] = std::exp({x}[j_ * {stride}] - m_) * r_;""",
+for (int c_ = 0; c_ < {n}; c_ += {chunk}) {{
+    const int e_ = c_ + {chunk} < {n} ? c_ + {chunk} : {n};
+    {T} hi_ = {x}[c_ * {stride}], lo_ = hi_;
+    #pragma omp simd reduction(max: hi_) reduction(min: lo_)
+    for (int j_ = c_; j_ < e_; ++j_) {{
+        hi_ = {x}[j_ * {stride}] > hi_ ? {x}[j_ * {stride}] : hi_;
+        lo_ = {x}[j_ * {stride}] < lo_ ? {x}[j_ * {stride}] : lo_;
+    }}
+    if (lo_ - m_ >= {T}({lo})) {{
+        #pragma omp simd
+        for (int j_ = c_; j_ < e_; ++j_) {y}[j_ * {stride}] = std::exp({x}[j_ * {stride}] - m_) * r_;
+    }} else {{
+        #pragma omp simd
+        for (int j_ = c_; j_ < e_; ++j_) {{
+            const {T} d_ = {x}[j_ * {stride}] - m_;
+            const {T} f_ = std::exp(d_ < {T}({lo}) ? {T}({lo}) : d_);
+            {y}[j_ * {stride}] = d_ < {T}({lo}) ? {T}(0) : f_ * r_;
+        }}
+    }}
+}}""",
     "LogSoftmax": """const {T} l_ = m_ + std::log(s_);
 #pragma omp simd
 for (int j_ = 0; j_ < {n}; ++j_) {y}[j_ * {stride}] = {x}[j_ * {stride}] - l_;""",
@@ -69,7 +108,7 @@ for (int j_ = 0; j_ < {n}; ++j_) {y}[j_] = ({x}[j_] - mean_) * inv_ * {scale}{bi
 
 def softmax_row(op_type: str, ctype: str, n: int, x: str, y: str, stride: int = 1) -> str:
     """C++ for one row: ``y`` = (Log)Softmax of ``x`` (row pointers, may be the same)."""
-    fields = dict(T=ctype, n=n, stride=stride, chunk=CHUNK, x=x, y=y)
+    fields = dict(T=ctype, n=n, stride=stride, chunk=CHUNK, x=x, y=y, lo=EXP_FLOOR[ctype])
     return SOFTMAX_STATS.format(**fields) + SOFTMAX_OUT[op_type].format(**fields)
 
 
