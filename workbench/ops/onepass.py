@@ -35,10 +35,8 @@ CHUNK = 64
 # 2e-35 for float); a mixed one clamps the argument and takes 0 below the floor.
 EXP_FLOOR = {"float": -80.0, "double": -700.0}
 
-SOFTMAX_STATS = """
-{T} m_ = {x}[0];
-{T} s_ = 0;
-for (int c_ = 0; c_ < {n}; c_ += {chunk}) {{
+# The head of both sweeps' chunk loop: the chunk's end, its highest and lowest score.
+CHUNK_SCAN = """for (int c_ = 0; c_ < {n}; c_ += {chunk}) {{
     const int e_ = c_ + {chunk} < {n} ? c_ + {chunk} : {n};
     {T} hi_ = {x}[c_ * {stride}], lo_ = hi_;
     #pragma omp simd reduction(max: hi_) reduction(min: lo_)
@@ -46,7 +44,12 @@ for (int c_ = 0; c_ < {n}; c_ += {chunk}) {{
         hi_ = {x}[j_ * {stride}] > hi_ ? {x}[j_ * {stride}] : hi_;
         lo_ = {x}[j_ * {stride}] < lo_ ? {x}[j_ * {stride}] : lo_;
     }}
-    const {T} cm_ = hi_ > m_ ? hi_ : m_;
+"""
+
+SOFTMAX_STATS = """
+{T} m_ = {x}[0];
+{T} s_ = 0;
+""" + CHUNK_SCAN + """    const {T} cm_ = hi_ > m_ ? hi_ : m_;
     s_ *= std::exp(m_ - cm_);
     m_ = cm_;
     if (lo_ - m_ >= {T}({lo})) {{
@@ -64,15 +67,7 @@ for (int c_ = 0; c_ < {n}; c_ += {chunk}) {{
 """
 SOFTMAX_OUT = {
     "Softmax": """const {T} r_ = {T}(1) / s_;
-for (int c_ = 0; c_ < {n}; c_ += {chunk}) {{
-    const int e_ = c_ + {chunk} < {n} ? c_ + {chunk} : {n};
-    {T} hi_ = {x}[c_ * {stride}], lo_ = hi_;
-    #pragma omp simd reduction(max: hi_) reduction(min: lo_)
-    for (int j_ = c_; j_ < e_; ++j_) {{
-        hi_ = {x}[j_ * {stride}] > hi_ ? {x}[j_ * {stride}] : hi_;
-        lo_ = {x}[j_ * {stride}] < lo_ ? {x}[j_ * {stride}] : lo_;
-    }}
-    if (lo_ - m_ >= {T}({lo})) {{
+""" + CHUNK_SCAN + """    if (lo_ - m_ >= {T}({lo})) {{
         #pragma omp simd
         for (int j_ = c_; j_ < e_; ++j_) {y}[j_ * {stride}] = std::exp({x}[j_ * {stride}] - m_) * r_;
     }} else {{

@@ -203,8 +203,8 @@ def compare(model, optimized_graph, ort_times: dict, wb_times: dict) -> list:
         for n in covered:
             if n not in row.nodes:
                 row.nodes.append(n)
+    order = {n.name: i for i, n in enumerate(graph.node)}
     for row in rows.values():
-        order = {n.name: i for i, n in enumerate(graph.node)}
         row.nodes.sort(key=lambda n: order.get(n, len(order)))
         for n in row.nodes:
             row.op_types[op_type[n]] = row.op_types.get(op_type[n], 0) + 1
