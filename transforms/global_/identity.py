@@ -43,6 +43,9 @@ class RemoveIdentity(OperatorTransformation):
     description = "Remove Identity, inference Dropout and same-type Cast nodes (no copy)"
     op_types = {"Identity", "Dropout", "Cast"}
     refusal = "{node.onnx_name} can no longer be removed"
+    # Deciding reads other states' readers; the rewrite touches the node, its two access
+    # nodes and their neighbours' edges, all in the match's region.
+    region_rewrite = True
 
     def plan(self, sdfg, state, node, weights=None):
         return _removable(sdfg, state, node)

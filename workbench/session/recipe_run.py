@@ -193,10 +193,21 @@ def model_fingerprint(ws) -> str:
 
 
 def _apply_all(ws, number, name, limit, result) -> None:
+    """Apply ``name``'s matches until none is left, finding them once per pass, not
+    once per step: the matches of one find are applied in order, and a whole find runs
+    again only after the pass (it catches what the pass's steps created or made stale).
+
+    Applying a match found before other steps changed the graph is safe: a
+    transformation's ``apply`` decides again on the graph as it is and refuses a match
+    that no longer applies (the ``Transformation.apply`` contract; recorded recipes rely
+    on it too). Such a refusal after a step of the same pass is not reported: the match
+    may only be stale, and if it is still found, the next pass tries it fresh. A
+    refusal of a fresh match (no step since the find) is reported and never retried."""
     from workbench import transformation_api as transform
     t = transform.get(name)
     failed = set()
-    for _ in range(limit):
+    applied = 0
+    while applied < limit:
         try:
             found = [m for m in transform.find_matches(t, ws.sdfg, ws.model.weights)
                      if _key(m) not in failed]
@@ -206,12 +217,19 @@ def _apply_all(ws, number, name, limit, result) -> None:
             return
         if not found:
             return
-        match = found[0]
-        try:
-            result.append(ws.apply(match))
-        except TransformationError as e:
-            failed.add(_key(match))
-            result.skipped.append(SkippedStep(number, name, _where(match), _reason(e)))
+        fresh = True   # nothing applied since the find
+        for match in found:
+            if applied >= limit:
+                return
+            try:
+                result.append(ws.apply(match))
+            except TransformationError as e:
+                if fresh:
+                    failed.add(_key(match))
+                    result.skipped.append(SkippedStep(number, name, _where(match), _reason(e)))
+                continue
+            applied += 1
+            fresh = False
 
 
 def _check_names(steps, what) -> None:
