@@ -141,3 +141,56 @@ def test_export_of_a_two_input_model_checks_in_a_fresh_process(tmp_path, flip):
     mine = random_inputs(ws.inputs, 0)
     assert list(drawn) == list(mine)
     assert all(np.array_equal(drawn[k], mine[k]) for k in mine)
+
+
+def _pairing_transformation():
+    """Marks two operators in a row; every operator joins one pair at most, so after one
+    pair is marked, the overlapping pair found with it no longer applies (stale)."""
+    from transforms.graph import ident, onnx_ops
+    from workbench import nodeid
+    from workbench.transformation_api import Transformation
+
+    class MarkPairs(Transformation):
+        level, name, description = "global", "MarkPairsForTest", "marks operators in pairs"
+
+        def find(self, sdfg, weights=None):
+            free = [(s, n) for s, n in onnx_ops(sdfg) if not n.attrs.get("paired_for_test")]
+            return [self.match({"a": ident(sdfg, s, a), "b": ident(sdfg, s, b)},
+                               f"pair {a.onnx_name} with {b.onnx_name}")
+                    for (s, a), (_, b) in zip(free, free[1:])]
+
+        def apply(self, sdfg, match, weights=None):
+            _, _, found = nodeid.resolve_all(sdfg, match.where_dict())
+            if any(n.attrs.get("paired_for_test") for n in found.values()):
+                raise TransformationError(f"{match.description}: already paired")
+            for node in found.values():
+                node.set_attrs({**node.attrs, "paired_for_test": 1})
+
+    return MarkPairs
+
+
+def test_an_all_step_finds_once_per_pass_and_keeps_stale_matches_out_of_the_skips(monkeypatch):
+    from workbench import transformation_api as transform
+    finds = []
+    real = transform.find_matches
+
+    def counting(t, *args, **kwargs):
+        found = real(t, *args, **kwargs)
+        finds.append((t.name, len(found)))
+        return found
+    monkeypatch.setattr(transform, "find_matches", counting)
+    ws = workbench.open("bert-layer")
+    operators = len([n for n, _ in ws.sdfg.all_nodes_recursive()
+                     if type(n).__name__ == "OnnxOp"])
+    with registered(_pairing_transformation()):
+        result = ws.optimize({"steps": [{"transformation": "MarkPairsForTest", "all": True},
+                                        {"transformation": "ReshapeAsView", "all": True}]})
+    assert result.skipped == [], result.text()
+    paired = [e for e in result if e["transformation"] == "MarkPairsForTest"]
+    reshapes = [e for e in result if e["transformation"] == "ReshapeAsView"]
+    # one pass marks every other pair of the chain of operators and finds the pairs in
+    # between stale (not reported); the second find has nothing left
+    assert len(paired) == operators // 2 and len(reshapes) >= 4, result.text()
+    assert [n for name, n in finds if name == "MarkPairsForTest"] == [operators - 1, 0], finds
+    assert [n for name, n in finds if name == "ReshapeAsView"] == [len(reshapes), 0], finds
+    assert real(transform.get("ReshapeAsView"), ws.sdfg) == []   # the fixed point
