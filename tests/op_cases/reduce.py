@@ -106,7 +106,12 @@ CASES = {
     "RMSNormalization": [
         C("last", {"x": rand(2, 3, 4)}, init={"s": rand(4)}, opset=23),
         C("axis1_epsilon", {"x": rand(2, 3, 4)}, {"axis": 1, "epsilon": 1e-2},
-          init={"s": rand(3, 4)}, opset=23)],
+          init={"s": rand(3, 4)}, opset=23),
+        # a row of 12 scaled per feature (the one-pass kernel's j_ % 4), and double data
+        C("axis1_feature_scale", {"x": rand(2, 3, 4)}, {"axis": 1}, init={"s": rand(4)},
+          opset=23),
+        C("float64", {"x": rand(3, 40).astype("float64")}, init={"s": rand(40).astype("float64")},
+          opset=23)],
     "BatchNormalization": [
         C("inference", {"x": rand(2, 3, 4, 5)}, {"epsilon": 1e-3},
           init={"s": rand(3), "b": rand(3), "m": rand(3), "v": pos(3)}, opset=15),

@@ -1,4 +1,5 @@
-"""One-pass row kernels: Softmax, LogSoftmax and LayerNormalization (impl "onepass").
+"""One-pass row kernels: Softmax, LogSoftmax, LayerNormalization and RMSNormalization
+(impl "onepass").
 
 The pure implementations (normalization.py) run one map per statistic and
 keep the statistics in arrays. Here one map runs over the rows (OpenMP over
@@ -12,6 +13,9 @@ them) and each row is one C++ tasklet that loops over its elements:
 2. LayerNormalization: the sum and the sum of squares of ``x - x[0]`` in
    double in one sweep (shifting by a sample keeps the variance exact when
    the mean is large), then one normalize sweep.
+3. RMSNormalization: the sum of squares in double in one sweep, then one
+   scaling sweep (what RMSNormFusion makes of T5's and Llama's
+   Pow/ReduceMean/Add/Sqrt/Div/Mul chains).
 
 Cases these kernels do not cover (integer or float16 data, empty tensors, a
 scale that does not broadcast as a contiguous suffix of the row) fall back
@@ -22,7 +26,7 @@ import math
 import dace
 from dace.properties import CodeBlock
 
-from workbench.ops.normalization import layer_norm, softmax
+from workbench.ops.normalization import layer_norm, rms_norm, softmax
 from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
 from workbench.ops.simd import FLOAT_TYPES, SIMD_MATH
 
@@ -100,6 +104,15 @@ const {T} inv_ = {T}(1.0 / std::sqrt((var_ > 0 ? var_ : 0.0) + {eps}));
 #pragma omp simd
 for (int j_ = 0; j_ < {n}; ++j_) {y}[j_] = ({x}[j_] - mean_) * inv_ * {scale}{bias};
 {stats}"""
+
+RMSNORM = """
+double s_ = 0;
+#pragma omp simd reduction(+: s_)
+for (int j_ = 0; j_ < {n}; ++j_) s_ += double({x}[j_]) * double({x}[j_]);
+const {T} inv_ = {T}(1.0 / std::sqrt(s_ / {n} + {eps}));
+#pragma omp simd
+for (int j_ = 0; j_ < {n}; ++j_) {y}[j_] = {x}[j_] * inv_ * {scale};"""
+
 
 def softmax_row(op_type: str, ctype: str, n: int, x: str, y: str, stride: int = 1) -> str:
     """C++ for one row: ``y`` = (Log)Softmax of ``x`` (row pointers, may be the same)."""
@@ -205,5 +218,29 @@ def layer_norm_onepass(call):
                          index.get("bias"), "\n".join(lines))
     tasklet, _, _ = mapped_tasklet(state, "row", ranges, inputs, code, outputs,
                                    language=dace.Language.CPP)
+    tasklet.code_global = CodeBlock(SIMD_MATH, dace.Language.CPP)
+    return sdfg
+
+
+@implements("RMSNormalization", impl="onepass")
+def rms_norm_onepass(call):
+    x, scale, y = call.input(0), call.input(1), call.output(0)
+    shape, dtype = call.shape(x), call.dtype(x)
+    if not layernorm_onepass_supported(shape, dtype, call.attr("axis", -1), [call.shape(scale)]):
+        return rms_norm(call)
+    axis = call.attr("axis", -1) % len(shape)
+    rows, n = math.prod(shape[:axis]), math.prod(shape[axis:])
+    size = _suffix_size(call.shape(scale), shape[axis:])
+    sdfg, state = connector_sdfg(call, "rmsnorm_onepass",
+                                 {x: (rows, n), y: (rows, n), scale: (max(size, 1),)})
+    ranges, r, _ = _row_map(rows, 1)
+    # a one-element scale is a scalar connector in C++
+    index = "scale[j_]" if size == n else ("scale" if size <= 1 else f"scale[j_ % {size}]")
+    code = RMSNORM.format(T=dtype.ctype, n=n, eps=repr(float(call.attr("epsilon", 1e-5))),
+                          x="x", y="y", scale=index)
+    tasklet, _, _ = mapped_tasklet(
+        state, "row", ranges, {"x": dace.Memlet(f"{x}[{r}, 0:{n}]"),
+                               "scale": dace.Memlet(f"{scale}[0:{max(size, 1)}]")},
+        code, {"y": dace.Memlet(f"{y}[{r}, 0:{n}]")}, language=dace.Language.CPP)
     tasklet.code_global = CodeBlock(SIMD_MATH, dace.Language.CPP)
     return sdfg

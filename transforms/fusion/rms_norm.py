@@ -1,0 +1,234 @@
+"""RMSNormFusion: an RMS norm written out as element-wise ops, as one row kernel.
+
+T5, Llama-style decoders and most models after them normalize with
+``w * x / sqrt(mean(x^2) + eps)``, and exporters write it out:
+``Pow(x, 2) -> ReduceMean -> Add(eps) -> Sqrt -> Div(1, .) or Reciprocal ->
+Mul(x, .) -> Mul(w, .)`` (or ``Div(x, sqrt)`` for the last two but one).
+Run as written, the chain reads the rows three times and writes four
+temporaries; element-wise fusion cannot join the reduction. One
+RMSNormalization node with the ``onepass`` kernel (``workbench/ops/onepass.py``)
+sums the squares in double in one sweep and scales in a second.
+
+Rules:
+1. Matches a ReduceMean (kept dimensions, its axes the trailing ones of x)
+   of ``Pow(x, 2)`` or ``Mul(x, x)``, followed by Add of a scalar constant
+   eps, Sqrt, and either Reciprocal or ``Div(1, .)`` then ``Mul`` by x, or
+   ``Div(x, .)``; then a Mul by a scale that broadcasts as a contiguous
+   suffix of a row and keeps x's shape.
+2. Every tensor between the nodes is a transient written once and read
+   only by the next node (in this state and every other); all of them and
+   x, the scale and the output have one float type (float32 or float64).
+3. Applying it puts one RMSNormalization (axis, epsilon; ``onepass``) in
+   place of the chain; x, the scale and the output stay the same arrays.
+"""
+import math
+from dataclasses import dataclass, field
+
+import dace
+from dace.sdfg import nodes as nd
+
+from transforms.fusion import program as prog
+from transforms.graph import in_array, shape_text, single_consumer, state_accesses
+from transforms.operator_transformation import OperatorTransformation
+from workbench.ops.node import OnnxOp
+from workbench.ops.onepass import layernorm_onepass_supported
+from workbench.ops.simd import FLOAT_TYPES
+from workbench.transformation_api import Refusal, register
+
+
+@dataclass
+class Chain:
+    roles: dict                 # role -> operator, in dataflow order
+    x: object                   # the access node normalized
+    scale: object = None        # the scale's access node
+    out: object = None          # the access node the scale Mul writes
+    axis: int = -1
+    epsilon: float = 0.0
+    internal: list = field(default_factory=list)   # access nodes between the operators
+
+
+def _scalar(node, position):
+    value = node.consts.get(position)
+    if value is None or value.size != 1 or value.dtype.kind not in "fiu":
+        return None
+    number = float(value.reshape(-1)[0])
+    return number if math.isfinite(number) else None
+
+
+def _inputs(state, node) -> dict:
+    """ONNX input position -> the access node feeding it."""
+    return {node.onnx_inputs.index(e.dst_conn): e.src for e in state.in_edges(node)
+            if e.dst_conn in node.onnx_inputs}
+
+
+def _between(sdfg, state, access) -> bool:
+    """Rule 2 for a tensor between two operators of the chain."""
+    return (isinstance(access, nd.AccessNode) and state.in_degree(access) == 1
+            and single_consumer(sdfg, state, access)
+            and len(state_accesses(state, access.data)) == 1)
+
+
+def _next(sdfg, state, node, chain):
+    """The operator reading ``node``'s one output when that output is between them."""
+    outs = state.out_edges(node)
+    if len(outs) != 1 or not _between(sdfg, state, outs[0].dst):
+        return None
+    reader = state.out_edges(outs[0].dst)[0].dst
+    if not isinstance(reader, OnnxOp) or reader.domain not in ("", "ai.onnx"):
+        return None
+    chain.internal.append(outs[0].dst)
+    return reader
+
+
+def _other(state, node, access):
+    """(position, access node) of ``node``'s input that is not ``access``, or None."""
+    others = [(p, a) for p, a in _inputs(state, node).items() if a is not access]
+    return others[0] if len(others) == 1 and len(node.onnx_inputs) == 2 else None
+
+
+def _reduced_axis(sdfg, state, mean, rank: int):
+    """The first axis a ReduceMean reduces when it keeps dimensions and reduces the
+    trailing ones, else None."""
+    attrs = {"keepdims": 1, **mean.attrs}
+    if attrs["keepdims"] != 1:
+        return None
+    if mean.opset >= 18:
+        axes = mean.consts.get(1)
+        if axes is None and len(mean.onnx_inputs) > 1 and mean.onnx_inputs[1]:
+            return None   # axes from a tensor not known at import
+        axes = None if axes is None else [int(a) for a in axes.reshape(-1)]
+        if not axes and attrs.get("noop_with_empty_axes", 0):
+            return None
+    else:
+        axes = attrs.get("axes")
+    axes = sorted({a % rank for a in axes}) if axes else list(range(rank))
+    return axes[0] if axes == list(range(axes[0], rank)) else None
+
+
+def chain_of(sdfg, state, mean):
+    """The ``Chain`` starting at ``mean`` (rules 1-2), a ``Refusal``, or None when the
+    ReduceMean reads no square (not an RMS norm at all)."""
+    sq = in_array(state, mean, mean.onnx_inputs[0])
+    if not _between(sdfg, state, sq) or not isinstance(state.in_edges(sq)[0].src, OnnxOp):
+        return None
+    square = state.in_edges(sq)[0].src
+    feeds = _inputs(state, square)
+    if square.op_type == "Pow" and 0 in feeds and _scalar(square, 1) == 2.0:
+        x = feeds[0]
+    elif square.op_type == "Mul" and len(feeds) == 2 and feeds[0].data == feeds[1].data:
+        x = feeds[0]
+    else:
+        return None
+    name = f"{mean.onnx_name} of {square.onnx_name}"
+    desc = sdfg.arrays[x.data]
+    if desc.dtype not in FLOAT_TYPES:
+        return Refusal(f"{name}: '{x.data}' is {desc.dtype.to_string()}, not float32/float64")
+    shape = tuple(desc.shape)
+    axis = _reduced_axis(sdfg, state, mean, len(shape))
+    if axis is None:
+        return Refusal(f"{name}: the mean does not keep dimensions or reduces other than the "
+                       f"trailing axes of '{x.data}' {shape_text(shape)}")
+    chain = Chain({"square": square, "mean": mean}, x, axis=axis, internal=[sq])
+    add = _next(sdfg, state, mean, chain)
+    other = add is not None and add.op_type == "Add" and _other(state, add, chain.internal[-1])
+    if not other or _scalar(add, other[0]) is None or _scalar(add, other[0]) < 0:
+        return Refusal(f"{name}: the mean is not followed by an Add of a constant epsilon "
+                       f"that only it reads")
+    chain.roles["add"], chain.epsilon = add, _scalar(add, other[0])
+    sqrt = _next(sdfg, state, add, chain)
+    if sqrt is None or sqrt.op_type != "Sqrt":
+        return Refusal(f"{name}: mean + epsilon is not followed by a Sqrt only it feeds")
+    chain.roles["sqrt"] = sqrt
+    normalized = _normalize(sdfg, state, sqrt, chain)
+    if normalized is None:
+        return Refusal(f"{name}: x is not divided by the root (x / root, or x times its "
+                       f"reciprocal)")
+    return _scaled(sdfg, state, normalized, chain, name)
+
+
+def _normalize(sdfg, state, sqrt, chain):
+    """The operator that writes x / root (Mul or Div), in ``chain``, or None."""
+    node = _next(sdfg, state, sqrt, chain)
+    root = chain.internal[-1]
+    if node is None:
+        return None
+    if node.op_type == "Div":
+        feeds = _inputs(state, node)
+        if feeds.get(1) is root and feeds.get(0) is not None and feeds[0].data == chain.x.data:
+            chain.roles["normalize"] = node
+            return node
+        if feeds.get(1) is not root or _scalar(node, 0) != 1.0:
+            return None
+    elif node.op_type != "Reciprocal":
+        return None
+    chain.roles["inverse"] = node
+    mul = _next(sdfg, state, node, chain)
+    other = mul is not None and mul.op_type == "Mul" and _other(state, mul, chain.internal[-1])
+    if not other or other[1].data != chain.x.data:
+        return None
+    chain.roles["normalize"] = mul
+    return mul
+
+
+def _scaled(sdfg, state, normalized, chain, name):
+    shape = tuple(sdfg.arrays[chain.x.data].shape)
+    mul = _next(sdfg, state, normalized, chain)
+    other = mul is not None and mul.op_type == "Mul" and _other(state, mul, chain.internal[-1])
+    if not other:
+        return Refusal(f"{name}: no Mul by a scale reads the normalized rows alone")
+    scale, out = other[1], state.out_edges(mul)[0].dst
+    if len(state.out_edges(mul)) != 1 or tuple(sdfg.arrays[out.data].shape) != shape:
+        return Refusal(f"{name}: the scale Mul does not keep the shape {shape_text(shape)}")
+    params = [tuple(sdfg.arrays[scale.data].shape)]
+    dtypes = {sdfg.arrays[a.data].dtype for a in chain.internal + [scale, out, chain.x]}
+    if len(dtypes) != 1:
+        return Refusal(f"{name}: its tensors have more than one element type")
+    if not layernorm_onepass_supported(shape, dtypes.pop(), chain.axis, params):
+        return Refusal(f"{name}: the scale {shape_text(params[0])} does not broadcast as a "
+                       f"suffix of a row of {shape_text(shape[chain.axis:])}")
+    chain.roles["scale"], chain.scale, chain.out = mul, scale, out
+    return chain
+
+
+@register
+class RMSNormFusion(OperatorTransformation):
+    level = "fusion"
+    name = "RMSNormFusion"
+    description = ("An RMS norm written out (Pow, ReduceMean, Add, Sqrt, Div, Mul, Mul) as one "
+                   "RMSNormalization row kernel: one sweep for the sum of squares, one to scale")
+    op_types = {"ReduceMean"}
+    role = "mean"
+    refusal = "{match.description}: no longer an RMS norm chain"
+
+    def plan(self, sdfg, state, node, weights=None):
+        return chain_of(sdfg, state, node)
+
+    def roles(self, node, chain) -> dict:
+        return dict(chain.roles)
+
+    def describe(self, node, chain):
+        return f"RMS norm {prog.fused_name(list(chain.roles.values()))} as one row kernel"
+
+    def rewrite(self, sdfg, state, node, chain, weights=None):
+        members = list(chain.roles.values())
+        name = prog.fused_name(members)
+        fused = OnnxOp(prog.unique_label(state, name), op_type="RMSNormalization",
+                       onnx_name=name, opset=23,
+                       attrs={"axis": chain.axis, "epsilon": chain.epsilon},
+                       onnx_inputs=["X", "scale"], onnx_outputs=["Y"])
+        fused.implementation = "onepass"
+        state.add_node(fused)
+        for conn, access in (("X", chain.x), ("scale", chain.scale)):
+            state.add_edge(access, None, fused, conn,
+                           dace.Memlet.from_array(access.data, sdfg.arrays[access.data]))
+        state.add_edge(fused, "Y", chain.out, None,
+                       dace.Memlet.from_array(chain.out.data, sdfg.arrays[chain.out.data]))
+        sources = {e.src for m in members for e in state.in_edges(m)} - set(chain.internal)
+        for member in members:
+            state.remove_node(member)
+        for access in chain.internal:
+            state.remove_node(access)
+            sdfg.remove_data(access.data)
+        for access in sources:   # an inlined constant nothing reads any more
+            if access in state.nodes() and state.degree(access) == 0:
+                state.remove_node(access)
