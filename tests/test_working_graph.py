@@ -154,6 +154,20 @@ def test_an_invalid_program_after_a_recipe_ends_the_session_before_the_step(monk
     assert any("does not validate" in s.reason for s in result.skipped)
 
 
+def assert_containers_agree(state):
+    """Each node's own edge dicts and networkx's graph hold what the edge list holds (an
+    install that changes only what differs must leave them as a full install does)."""
+    edges = state.edges()
+    for node in state.nodes():
+        assert state.in_edges(node) == [e for e in edges if e.dst is node], node
+        assert state.out_edges(node) == [e for e in edges if e.src is node], node
+    assert set(state._nx.nodes) == set(state.nodes())
+    assert sorted(map(id, (d["data"] for _, _, d in state._nx.edges(data=True)))) == \
+        sorted(id(e.data) for e in edges)
+    for e in edges:
+        assert e.data._state is state and e.data._edge is e
+
+
 def test_shapes_install_in_any_order():
     ws = workbench.open("mbconv")
     ws.optimize("auto")
@@ -161,9 +175,10 @@ def test_shapes_install_in_any_order():
     for position in range(ws.position, -1, -1):
         ws.goto(position)
         jsons[position] = canonical_json(ws.sdfg, guids=True)
-    for position in (3, 0, ws.position, 1, 2):
+    for position in (3, 0, ws.position, 1, 2, 4, 3):
         ws.goto(position)
         assert canonical_json(ws.sdfg, guids=True) == jsons[position]
+        assert_containers_agree(ws.sdfg.nodes()[0])
         host = ws.timeline[position].sdfg
         if ws.timeline[position].shape is not None:
             assert working_graph.installed(host) is ws.timeline[position].shape

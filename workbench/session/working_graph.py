@@ -79,8 +79,17 @@ def installed(sdfg):
 
 
 def install(sdfg, shape: Shape) -> None:
-    """Make ``sdfg``'s state and arrays exactly ``shape`` (new containers, same objects)."""
-    if _INSTALLED.get(sdfg) is shape:
+    """Make ``sdfg``'s state and arrays exactly ``shape`` (new containers, same objects).
+
+    When the live containers still hold the Shape installed last (nothing changed them
+    since), only the difference is installed (``advance``): an undo or redo on ViT-tiny
+    rebuilt 1,400 nodes' dicts and networkx's graph for a step that touched ten, and
+    the garbage it left cost a 0.25-0.5 s collection at times."""
+    current = _INSTALLED.get(sdfg)
+    if current is shape:
+        return
+    if current is not None and _holds(sdfg, current):
+        advance(sdfg, current, shape)
         return
     state = sdfg.nodes()[0]
     node_dict = OrderedDict((n, (OrderedDict(), OrderedDict())) for n in shape.nodes)
@@ -106,6 +115,19 @@ def install(sdfg, shape: Shape) -> None:
         e.data._sdfg, e.data._state, e.data._edge = sdfg, state, e
     sdfg.reset_cfg_list()
     _INSTALLED[sdfg] = shape
+
+
+def _holds(sdfg, shape: Shape) -> bool:
+    """Whether ``sdfg``'s one state and arrays hold exactly ``shape``'s objects."""
+    if sdfg.number_of_nodes() != 1:
+        return False
+    state = sdfg.nodes()[0]
+    arrays = sdfg._arrays
+    return (len(state._nodes) == len(shape.nodes) and len(state._edges) == len(shape.edges)
+            and len(arrays) == len(shape.arrays)
+            and all(a is b for a, b in zip(state._nodes, shape.nodes))
+            and all(a is b for a, b in zip(state._edges, shape.edges))
+            and all(arrays.get(name) is desc for name, desc in shape.arrays.items()))
 
 
 def advance(sdfg, old: Shape, new: Shape) -> tuple:
