@@ -105,6 +105,10 @@ MODELS = [
     _export("gru_classifier", "bidirectional GRU classifier, 16 tokens", _TEXT),
     _export("control_flow", "scripted loop (ONNX Loop, 4 steps) and a data-dependent head "
             "(ONNX If)"),
+    _export("t5_encoder", "T5 encoder (RMS norms, relative position bias, padded mask), two "
+            "layers, 16 tokens", _TEXT),
+    _export("llama", "Llama-style decoder (RMS norms, rotary, grouped-query attention, SwiGLU, "
+            "causal), two layers, 16 tokens, dynamo exporter (opset 20)"),
     _quantized("resnet_qdq", "resnet quantized by onnxruntime: static QDQ int8, per channel"),
     _quantized("bert_qdq", "bert quantized by onnxruntime: static QDQ int8, 16 tokens"),
     _quantized("bert_dynamic", "bert quantized by onnxruntime: dynamic int8 (MatMulInteger)"),
@@ -124,6 +128,10 @@ MODELS = [
           _TEXT_FULL),
     _full("unet", "U-Net (64-1024 channels, transposed convs), 224x224"),
     _full("densenet", "DenseNet-121, 224x224"),
+    _full("t5_encoder", "T5-small's encoder (6 layers, hidden 512, 8 heads), 128 tokens",
+          _TEXT_FULL),
+    _full("llama", "Llama-style decoder (4 layers, hidden 512, 8 heads, 2 KV heads, vocab "
+          "32000), 128 tokens, dynamo exporter (opset 20)"),
     # made from the full-size resnet and bert (generated first when missing)
     _full("resnet_qdq", "ResNet-18 quantized by onnxruntime: static QDQ int8, per channel, "
           "224x224", generator=QUANTIZER),

@@ -1,7 +1,7 @@
 """RMSNormFusion: RMS norms written out by exporters become one RMSNormalization row
 kernel, checked against onnxruntime; chains it cannot be sure of are refused, saying why."""
 import numpy as np
-from onnx import helper
+import pytest
 
 import workbench
 from fusion_helpers import F32, apply_all, graph_model, node, nodes_of, rand, verify
@@ -85,3 +85,15 @@ def test_llama_style_chain_at_opset_18_fuses_in_auto():
     assert any(e["transformation"] == "RMSNormFusion" for e in result), result.text()
     assert len(nodes_of(ws, "RMSNormalization")) == 1
     verify(ws, feeds_for(shapes))
+
+
+@pytest.mark.parametrize("model", ["t5_encoder", "llama"])
+def test_real_exports_fuse_every_rms_norm(model):
+    """T5's encoder (legacy exporter: Pow, Div(1, .)) and a Llama-style decoder (dynamo
+    exporter, opset 20: Reciprocal, axes as an input): every norm of their two layers and
+    the final one becomes one kernel, and the program still matches onnxruntime."""
+    ws = workbench.open(f"zoo:{model}")
+    result = ws.optimize("auto")
+    assert sum(e["transformation"] == "RMSNormFusion" for e in result) == 5, result.text()
+    assert len(nodes_of(ws, "RMSNormalization")) == 5 and not nodes_of(ws, "ReduceMean")
+    verify(ws)

@@ -11,10 +11,12 @@ with dynamic batch and sequence, have no full-size versions). The fixtures
 are narrower, shallower and at a lower resolution so that every ``.onnx`` file
 stays small; ``--full`` writes the same classes at their published sizes
 (ResNet-18, MobileNetV2, EfficientNet-B0, SqueezeNet 1.1, ViT-tiny, BERT-tiny,
-one BERT-base layer, GPT-2 with an attention mask, U-Net, DenseNet-121) into
-``$WORKBENCH_CACHE/zoo-full/``, never committed (``zoo:NAME-full`` opens
-them). They are exported with the legacy TorchScript exporter at opset 17
-(``dynamo=False``), seeded and in eval mode, so the files carry what such
+one BERT-base layer, GPT-2 with an attention mask, U-Net, DenseNet-121, T5-small's
+encoder, a Llama-style decoder) into ``$WORKBENCH_CACHE/zoo-full/``, never
+committed (``zoo:NAME-full`` opens them). They are exported with the legacy
+TorchScript exporter at opset 17 (``dynamo=False``), except the Llama-style
+decoder, which takes torch's default exporter (``dynamo=True``, opset 20, needs
+onnxscript), seeded and in eval mode, so the files carry what such
 exports really carry: Identity nodes, Shape->Gather->Unsqueeze->Concat
 ->Reshape chains, ConstantOfShape/Equal/Where/Expand around ``expand``,
 Gemm heads after Flatten, Clip as ReLU6, Sigmoid*Mul as SiLU, BERT's
@@ -38,6 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # run as a script: the model files, sdfg_models
 
 from control_flow_models import RefineAndRoute  # noqa: E402
+from decoder_models import Llama, T5Encoder  # noqa: E402
 from recurrent_models import GRUClassifier, LSTMTagger  # noqa: E402
 from text_models import GPT2, Bert  # noqa: E402
 from unet_densenet import DenseNet, UNet  # noqa: E402
@@ -55,6 +58,7 @@ class Export(NamedTuple):
     dynamic_axes: dict = None
     half: bool = False   # exported in float16 (module.half(), float inputs too)
     script: bool = False  # torch.jit.script'd first: its loops and ifs become Loop and If
+    dynamo: bool = False  # torch's default exporter today (opset 18-20), not the legacy one
 
 
 def _image(make, size, input_name="input", batch_axis=False):
@@ -97,6 +101,25 @@ def _gpt2(vocab=128, layers=1, attention_mask=False, **config):
                   {n: _TEXT_AXES for n in names})
 
 
+def _t5(sequence=16, **config):
+    """T5's encoder: token ids and a mask with its last tokens padded."""
+    def inputs():
+        mask = torch.ones(1, sequence, dtype=torch.long)
+        mask[:, -3:] = 0
+        return torch.randint(0, config.get("vocab", 32128), (1, sequence)), mask
+    names = ["input_ids", "attention_mask"]
+    return Export(lambda: T5Encoder(**config), inputs, names, ["last_hidden_state"],
+                  {n: _TEXT_AXES for n in names})
+
+
+def _llama(sequence=16, **config):
+    """A Llama-style decoder, exported with the dynamo exporter at one sequence length
+    (its rotary tables are buffers of that length)."""
+    return Export(lambda: Llama(length=sequence, **config),
+                  lambda: (torch.randint(0, config.get("vocab", 32000), (1, sequence)),),
+                  ["input_ids"], ["logits"], dynamo=True)
+
+
 def _tokens(make, sequence=16):
     """Token ids [batch, sequence] with dynamic axes, as text models are exported."""
     return Export(make, lambda: (torch.randint(0, 100, (1, sequence)),), ["input_ids"],
@@ -119,6 +142,8 @@ SMALL = {
     "gru_classifier": _tokens(GRUClassifier),
     "control_flow": Export(RefineAndRoute, lambda: (torch.randn(2, 16),), ["input"], ["logits"],
                            script=True),
+    "t5_encoder": _t5(vocab=100, dim=64, heads=4, head_dim=16, ff=128, layers=2),
+    "llama": _llama(vocab=128, dim=64, heads=4, kv_heads=2, ff=172, layers=2),
 }
 
 FULL = {
@@ -140,6 +165,8 @@ FULL = {
     "gpt2": _gpt2(50257, 12, attention_mask=True, dim=768, heads=12, max_pos=1024),
     "unet": _image(lambda: UNet(3, 2, (64, 128, 256, 512, 1024), (False,) * 4), 224),
     "densenet": _image(lambda: DenseNet(32, (6, 12, 24, 16), 64, 4, 1000), 224),
+    "t5_encoder": _t5(128),                            # T5-small's encoder
+    "llama": _llama(128),                              # d 512, 4 layers, 8 heads, 2 KV heads
 }
 
 
@@ -176,9 +203,13 @@ def export(name: str, full: bool = False) -> Path:
     tmp = path.with_name(f".{name}.onnx.tmp")  # a half-written file is never opened
     # Grad mode on, as torch.onnx.export leaves it: under no_grad nn.MultiheadAttention
     # takes its fused fast path, which the legacy exporter cannot export.
-    torch.onnx.export(module, args, str(tmp), opset_version=OPSET, dynamo=False,
-                      input_names=spec.input_names, output_names=spec.output_names,
-                      dynamic_axes=spec.dynamic_axes, do_constant_folding=True)
+    if spec.dynamo:
+        torch.onnx.export(module, args, str(tmp), dynamo=True, external_data=False,
+                          input_names=spec.input_names, output_names=spec.output_names)
+    else:
+        torch.onnx.export(module, args, str(tmp), opset_version=OPSET, dynamo=False,
+                          input_names=spec.input_names, output_names=spec.output_names,
+                          dynamic_axes=spec.dynamic_axes, do_constant_folding=True)
     tmp.replace(path)
     return path
 
