@@ -102,7 +102,11 @@ class Transformation:
 
     def apply(self, sdfg: dace.SDFG, match: Match, weights: dict = None) -> None:
         """Apply ``match`` to ``sdfg`` in place; raise TransformationError if it no
-        longer applies. ``weights`` is given only when ``needs_weights``."""
+        longer applies. ``weights`` is given only when ``needs_weights``.
+
+        The check must be the whole of ``find``'s condition on the graph as it is:
+        recipes apply matches found before other steps of their pass changed the graph
+        (``recipe_run._apply_all``), and recorded steps replay on other sessions."""
         raise NotImplementedError
 
     def decide(self, sdfg: dace.SDFG, match: Match, weights: dict = None):
