@@ -90,12 +90,16 @@ def _neighbours(state, node, members) -> set:
 
 
 def valid(sdfg, state, members) -> bool:
-    """Rules 1 and 3 for a given list of one output shape, connected through arrays
-    members produce and read."""
+    """Rules 1-3 for a given list: one output shape, one writer of every array between
+    members, connected through arrays members produce and read, convex."""
     if len(members) < 2 or not all(candidate(sdfg, state, n) for n in members):
         return False
     if len({prog.output_shape(sdfg, state, n) for n in members}) != 1:
         return False
+    group = set(members)
+    if any(state.in_degree(e.dst) != 1 for n in members for e in state.out_edges(n)
+           if any(o.dst in group for o in state.out_edges(e.dst))):
+        return False   # rule 2: an array between members has one writer
     reached, frontier = {members[0]}, [members[0]]
     while frontier:
         for n in _neighbours(state, frontier.pop(), set(members)) - reached:
