@@ -13,7 +13,7 @@ import workbench
 from workbench import transformation_api as transform
 from workbench.analysis.movement import data_movement, same_figure
 from workbench.errors import TransformationError
-from workbench.session import working_graph
+from workbench.session import shapes
 from workbench.session.history import canonical_json
 
 # A deep copy turns an absent debuginfo into an empty one; neither says anything.
@@ -181,7 +181,7 @@ def test_shapes_install_in_any_order():
         assert_containers_agree(ws.sdfg.nodes()[0])
         host = ws.timeline[position].sdfg
         if ws.timeline[position].shape is not None:
-            assert working_graph.installed(host) is ws.timeline[position].shape
+            assert shapes.installed(host) is ws.timeline[position].shape
 
 
 def test_in_place_steps_decide_on_the_whole_graph_and_splice():

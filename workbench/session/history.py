@@ -38,7 +38,7 @@ import json
 import re
 
 from workbench.errors import BadInputError
-from workbench.session import working_graph
+from workbench.session import shapes
 
 # SDFG objects kept (the steps visited last): undo, redo and a nearby goto cost nothing.
 # A full-size ViT-tiny SDFG is tens of MB; older steps keep their JSON only.
@@ -94,7 +94,7 @@ class Step:
                              "(Session.goto or Session.sdfg_at)")
         if self._json is None and self.sdfg is not None:
             # the step's own objects, not a copy (history rule 2: they never change)
-            self._json = json.dumps(working_graph.serialized(self.sdfg, self.shape),
+            self._json = json.dumps(shapes.serialized(self.sdfg, self.shape),
                                     sort_keys=True)
         return self._json
 
@@ -107,7 +107,7 @@ class Step:
     def holds_now(self) -> bool:
         """Whether ``sdfg`` shows this step as it is now (its host may hold another)."""
         return self.sdfg is not None and (
-            self.shape is None or working_graph.installed(self.sdfg) is self.shape)
+            self.shape is None or shapes.installed(self.sdfg) is self.shape)
 
     def readable(self):
         """An SDFG showing this step, only to be read at once: the object itself when it
@@ -117,7 +117,7 @@ class Step:
         if self.sdfg is None:
             import dace
             return dace.SDFG.from_json(json.loads(self._json))
-        return working_graph.copy_of(self.sdfg, self.shape)
+        return shapes.copy_of(self.sdfg, self.shape)
 
     def drop_object(self) -> None:
         """Keep only the JSON (written now if it was not yet); a spliced step keeps its

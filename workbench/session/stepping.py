@@ -28,7 +28,7 @@ import time
 import dace
 
 from workbench.errors import TransformationError, WorkbenchError
-from workbench.session import working_graph
+from workbench.session import shapes, working_graph
 from workbench.session.history import Step
 from workbench.session.runs import holding_lock
 
@@ -97,7 +97,7 @@ class SessionSteps:
         """Make the live SDFG, weights and figure those of ``step`` (the current one);
         ``index``: its region index, when the step derived it."""
         if step.shape is not None:
-            working_graph.install(step.sdfg, step.shape)
+            shapes.install(step.sdfg, step.shape)
         self.sdfg, self.model.weights = step.sdfg, step.weights
         if step.movement is not None:
             self._movement = (self._figure_key(), step.movement)
@@ -177,7 +177,7 @@ class SessionSteps:
             return None   # decided from whole-program facts and rewriting beyond a region
         index = self._state_index()
         if current.shape is None:   # a whole step's object becomes a host (history rule 1)
-            current.shape = working_graph.capture(self.sdfg)
+            current.shape = shapes.capture(self.sdfg)
         spliced = working_graph.splice(self.sdfg, index, t, match,
                                        self.model.weights if t.needs_weights else None,
                                        self.operator_names())
@@ -285,7 +285,7 @@ class SessionSteps:
     def _figure_key(self) -> tuple:
         """What a figure or a match list of the live SDFG is valid for: the object and
         the Shape installed on it (a host holds one step at a time)."""
-        return self.sdfg, working_graph.installed(self.sdfg), self.model.weights
+        return self.sdfg, shapes.installed(self.sdfg), self.model.weights
 
     def _state_index(self):
         """The region index of the live SDFG's one state, built once per step."""
