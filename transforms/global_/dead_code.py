@@ -8,8 +8,8 @@ Rules:
    without edges go; a weight nothing reads any more goes with its value.
    Its producers become dead in turn: apply it until it finds nothing.
 3. Separately, one match drops what other rewrites left behind: transient
-   access nodes with no edges, transient arrays no access node uses, and
-   weights no access node uses. Graph inputs (not weights) always stay:
+   access nodes with no edges, transient arrays no access node or memlet
+   uses, and weights no access node uses. Graph inputs (not weights) always stay:
    they are the program's signature.
 """
 from transforms.graph import access_nodes
@@ -33,6 +33,9 @@ def _leftovers(sdfg, weights):
                 if s.degree(n) == 0 and (sdfg.arrays[n.data].transient or n.data in weights)]
     gone = {id(n) for _, n in isolated}
     used = {n.data for s in sdfg.states() for n in s.data_nodes() if id(n) not in gone}
+    # a memlet may name an array no access node holds (an edge between two tasklets that
+    # DaCe's MapFusion left, through a transient of its own)
+    used |= {e.data.data for s in sdfg.states() for e in s.edges() if e.data.data is not None}
     for edge in sdfg.all_interstate_edges():  # conditions and assignments read data too
         used |= set(edge.data.read_symbols())
     unused = sorted(name for name, desc in sdfg.arrays.items()

@@ -11,15 +11,19 @@ Rules:
 3. Else, if the input is a transient written only here, the producer
    writes the output directly.
 4. Otherwise (graph input straight to graph output) it stays.
+5. The array that goes is read and written by operators only (not by an
+   expanded map or a nested program, whose insides name it too).
 """
 import dace
 
 from transforms.graph import readers_elsewhere
 from transforms.operator_transformation import OperatorTransformation
+from workbench.ops.node import OnnxOp
 from workbench.transformation_api import register
 
 
-def _removable(sdfg, state, node) -> bool:
+def _removable(sdfg, state, node):
+    """Which access node goes, "dst" (rule 2) or "src" (rule 3), or False."""
     if node.op_type == "Dropout" and (any(node.onnx_outputs[1:]) or any(node.onnx_inputs[1:])):
         return False
     if len(state.in_edges(node)) != 1 or len(state.out_edges(node)) != 1:
@@ -31,9 +35,19 @@ def _removable(sdfg, state, node) -> bool:
             or tuple(sdfg.arrays[src.data].shape) != tuple(sdfg.arrays[dst.data].shape)):
         return False
     if sdfg.arrays[dst.data].transient and readers_elsewhere(sdfg, state, dst.data) == 0:
-        return True
-    return (sdfg.arrays[src.data].transient and state.in_degree(src) == 1
-            and readers_elsewhere(sdfg, state, src.data) == 0)
+        drop = "dst"
+    elif (sdfg.arrays[src.data].transient and state.in_degree(src) == 1
+          and readers_elsewhere(sdfg, state, src.data) == 0):
+        drop = "src"
+    else:
+        return False
+    # rule 5: the edges moved to the kept array are whole-array edges of operators; a map
+    # or nested program behind one names the dropped array inside, beyond the edge
+    gone = dst if drop == "dst" else src
+    neighbours = [e.dst for e in state.out_edges(gone)] + [e.src for e in state.in_edges(gone)]
+    if not all(isinstance(n, OnnxOp) for n in neighbours):
+        return False
+    return drop
 
 
 @register
@@ -57,10 +71,7 @@ class RemoveIdentity(OperatorTransformation):
         src = state.in_edges(node)[0].src
         dst = state.out_edges(node)[0].dst
         state.remove_node(node)
-        if sdfg.arrays[dst.data].transient:
-            keep, drop = src, dst
-        else:
-            keep, drop = dst, src
+        keep, drop = (src, dst) if plan == "dst" else (dst, src)
         for e in state.in_edges(drop):
             state.add_edge(e.src, e.src_conn, keep, e.dst_conn,
                            dace.Memlet.from_array(keep.data, sdfg.arrays[keep.data]))
