@@ -86,7 +86,7 @@ def _other(state, node, access):
     return others[0] if len(others) == 1 and len(node.onnx_inputs) == 2 else None
 
 
-def _reduced_axis(sdfg, state, mean, rank: int):
+def _reduced_axis(mean, rank: int):
     """The first axis a ReduceMean reduces when it keeps dimensions and reduces the
     trailing ones, else None."""
     attrs = {"keepdims": 1, **mean.attrs}
@@ -124,7 +124,7 @@ def chain_of(sdfg, state, mean):
     if desc.dtype not in FLOAT_TYPES:
         return Refusal(f"{name}: '{x.data}' is {desc.dtype.to_string()}, not float32/float64")
     shape = tuple(desc.shape)
-    axis = _reduced_axis(sdfg, state, mean, len(shape))
+    axis = _reduced_axis(mean, len(shape))
     if axis is None:
         return Refusal(f"{name}: the mean does not keep dimensions or reduces other than the "
                        f"trailing axes of '{x.data}' {shape_text(shape)}")
