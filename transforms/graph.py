@@ -75,6 +75,12 @@ def access_nodes(sdfg, data: str) -> list:
     return [(s, n) for s in sdfg.states() for n in _accesses_by_name(s).get(data, ())]
 
 
+def is_weight(sdfg, data: str, weights) -> bool:
+    """A value in the session's weights that no node writes: a constant of the program."""
+    return (bool(weights) and data in weights and not sdfg.arrays[data].transient
+            and not any(s.in_degree(n) for s, n in access_nodes(sdfg, data)))
+
+
 def state_accesses(state, data: str) -> list:
     """``state``'s access nodes of ``data``, in node order (indexed once per state while
     finding matches: counting them per candidate was a third of a find on ViT-tiny)."""

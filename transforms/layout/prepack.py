@@ -17,17 +17,12 @@ general case for any operator; this one needs no ONNX evaluator.
 import dace
 import numpy as np
 
-from transforms.graph import access_nodes, names_text, record_for_readers
+from transforms.graph import access_nodes, is_weight, names_text, record_for_readers
 from transforms.layout.views import data_input, data_output, owned_here
 from transforms.operator_transformation import OperatorTransformation
 from workbench.transformation_api import Refusal, register
 
 LAYOUT_OPS = {"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
-
-
-def _is_weight(sdfg, data: str, weights) -> bool:
-    return (data in weights and not sdfg.arrays[data].transient
-            and not any(s.in_degree(n) for s, n in access_nodes(sdfg, data)))
 
 
 def packable(sdfg, state, node, weights):
@@ -38,7 +33,7 @@ def packable(sdfg, state, node, weights):
     if src is None or dst is None or len(state.out_edges(node)) != 1:
         return Refusal(f"{node.onnx_name} lacks its data input or has several outputs")
     variable = [e.src.data for e in state.in_edges(node)
-                if not _is_weight(sdfg, e.src.data, weights)]
+                if not is_weight(sdfg, e.src.data, weights)]
     if variable:
         return Refusal(f"{names_text(variable)} not a constant (a weight no node writes)")
     if not (owned_here(sdfg, state, dst) and state.in_degree(dst) == 1):

@@ -1,3 +1,3 @@
 """Local level: one operator's implementation."""
-from transforms.local import (dace_maps, expand, implementation, library_kernels, schedule,  # noqa: F401
-                              vectorize)
+from transforms.local import (dace_maps, expand, gemm_kernel, implementation,  # noqa: F401
+                              library_kernels, schedule, vectorize)

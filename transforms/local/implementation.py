@@ -7,6 +7,8 @@ from workbench.transformation_api import Refusal, register
 
 
 STRIDED = {"onednn"}  # implementations that read operands at any strides
+# (op type, implementation) that takes B as a constant of the program (packed once)
+PACKS_B = {("MatMul", "onednn"), ("Gemm", "onednn"), ("GemmEpilogue", "onednn")}
 
 
 @register
@@ -19,12 +21,16 @@ class ChooseImplementation(OperatorTransformation):
 
     def choices(self, node):
         return [{"implementation": impl} for impl in implementations_of(node.op_type)
-                if impl != node.implementation]
+                if impl != node.implementation and (node.op_type, impl) not in PACKS_B]
 
     def plan(self, sdfg, state, node, weights=None, implementation=None):
         # applying the implementation it has already is harmless (a replayed recipe)
         if implementation not in implementations_of(node.op_type):
             return None
+        if (node.op_type, implementation) in PACKS_B:
+            # it cannot tell weights from inputs (it runs without them, inside bodies too)
+            return Refusal(f"{implementation} packs B once: GemmOnOneDNN chooses it where "
+                           f"{node.onnx_name}'s B is a weight")
         # only library calls read channels-last (ChannelsLast) operands as they lie
         if implementation not in STRIDED:
             strided = sorted({e.data.data for e in state.in_edges(node) + state.out_edges(node)

@@ -1,4 +1,4 @@
-"""oneDNN for convolutions: found at build time like BLAS, through a small shim.
+"""oneDNN for convolutions, pooling and GEMMs with constant weights: found at build time like BLAS, through a small shim.
 
 pip's ``onednn-cpu-gomp`` (+ ``-devel``) puts ``libdnnl.so`` and its headers in
 the environment's ``lib``/``include`` (built on GNU OpenMP, as DaCe's programs
@@ -51,6 +51,19 @@ class PoolDesc(ctypes.Structure):
 
 
 POOL = {"max": 1, "avg_include_pad": 2, "avg_exclude_pad": 3}
+
+
+class MatMulDesc(ctypes.Structure):
+    """``wb_matmul_desc`` of wb_dnnl.h."""
+    _fields_ = [("m", ctypes.c_long), ("k", ctypes.c_long), ("n", ctypes.c_long),
+                ("lda", ctypes.c_long), ("ldc", ctypes.c_long),
+                ("b_strides", ctypes.c_long * 2), ("has_bias", ctypes.c_int)]
+
+
+# descriptor class -> (its C type, the shim's check function)
+C_TYPES = {ConvDesc: ("wb_conv_desc", "wb_dnnl_conv_check"),
+           PoolDesc: ("wb_pool_desc", "wb_dnnl_pool_check"),
+           MatMulDesc: ("wb_matmul_desc", "wb_dnnl_matmul_check")}
 
 
 def root():
@@ -128,12 +141,14 @@ _handle = []
 def _lib():
     if not _handle:
         lib = ctypes.CDLL(str(shim()))
-        lib.wb_dnnl_conv_check.argtypes = [ctypes.POINTER(ConvDesc), ctypes.c_char_p, ctypes.c_int]
-        lib.wb_dnnl_pool_check.argtypes = [ctypes.POINTER(PoolDesc), ctypes.c_char_p, ctypes.c_int]
+        for desc, (_, fn) in C_TYPES.items():
+            getattr(lib, fn).argtypes = [ctypes.POINTER(desc), ctypes.c_char_p, ctypes.c_int]
         lib.wb_dnnl_context_new.restype = ctypes.c_void_p
         lib.wb_dnnl_context_free.argtypes = [ctypes.c_void_p]
         lib.wb_dnnl_conv.argtypes = [ctypes.c_void_p, ctypes.POINTER(ConvDesc)] + [
             ctypes.c_void_p] * 5
+        lib.wb_dnnl_matmul.argtypes = [ctypes.c_void_p, ctypes.POINTER(MatMulDesc)] + [
+            ctypes.c_void_p] * 4
         _handle.append(lib)
     return _handle[0]
 
@@ -142,21 +157,22 @@ _checked = {}  # (descriptor type, its bytes) -> answer: asked per find and per 
 
 
 def check(desc):
-    """(True, oneDNN's kernel name) or (False, why oneDNN refuses) for a ConvDesc/PoolDesc.
+    """(True, oneDNN's kernel name) or (False, why oneDNN refuses) for a ConvDesc, PoolDesc
+    or MatMulDesc.
 
     The name ends in " +reorder src" / " +reorder dst" when the kernel needs the data in
     another layout than the caller's, which the shim then reorders around each call."""
     key = (type(desc).__name__, ctypes.string_at(ctypes.addressof(desc), ctypes.sizeof(desc)))
     if key not in _checked:
         info = ctypes.create_string_buffer(512)
-        fn = _lib().wb_dnnl_conv_check if isinstance(desc, ConvDesc) else _lib().wb_dnnl_pool_check
+        fn = getattr(_lib(), C_TYPES[type(desc)][1])
         rc = fn(ctypes.byref(desc), info, len(info))
         _checked[key] = rc == 0, info.value.decode(errors="replace")
     return _checked[key]
 
 
 def c_initializer(desc) -> str:
-    """A ConvDesc/PoolDesc as a C initializer, in its fields' order."""
+    """A shim descriptor as a C initializer, in its fields' order."""
     def value(v):
         if isinstance(v, float):
             return f"{v!r}f"
@@ -168,7 +184,7 @@ def c_initializer(desc) -> str:
 
 @dace.library.environment
 class WorkbenchOneDNN:
-    """The shim and oneDNN, for tasklets that call wb_dnnl_conv (one context per program)."""
+    """The shim and oneDNN, for tasklets that call wb_dnnl_* (one context per program)."""
     cmake_minimum_version = None
     cmake_packages = []
     cmake_variables = {}

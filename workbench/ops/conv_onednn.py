@@ -100,7 +100,7 @@ def library_call(call, what: str, desc, operands: dict, y: str, invocation: str)
     for conn, array in {**call.inputs, **call.outputs}.items():
         sdfg.add_array(conn, array.shape, array.dtype, strides=array.strides,
                        total_size=array.total_size)
-    code = (f"static const {'wb_conv_desc' if what == 'convolution' else 'wb_pool_desc'} "
+    code = (f"static const {onednn.C_TYPES[type(desc)][0]} "
             f"desc_ = {onednn.c_initializer(desc)};\n"
             f"if ({invocation} != 0) {{\n"
             f"  fprintf(stderr, \"oneDNN {what} {call.name} failed\\n\");\n"

@@ -90,6 +90,19 @@ def core_then_epilogue(call, impl: str):
     return sdfg
 
 
+def core_view(call):
+    """An epilogue node's call as its core operator sees it: the inner node
+    ``core_then_epilogue`` expands (its inputs, the epilogue's output, its attributes)."""
+    from workbench.ops.node import OnnxOp
+    from workbench.ops.registry import OpCall, schema_defaults
+    core, core_inputs, y = call.attr("core"), call.attr("core_inputs"), call.output(0)
+    node = OnnxOp(f"{core.lower()}_core", op_type=core, onnx_name=call.name,
+                  opset=call.node.opset, attrs=call.attr("core_attrs"),
+                  onnx_inputs=core_inputs, onnx_outputs=[y])
+    return OpCall(node, {c: call.inputs[c] for c in core_inputs if c}, {y: call.outputs[y]},
+                  {**schema_defaults(core, call.node.opset), **call.attr("core_attrs")})
+
+
 # (epilogue op type, core implementation) -> expansion running core and epilogue as one
 # library call, or returning None when the library has no such epilogue
 WHOLE = {("ConvEpilogue", "onednn"): epilogue_on_library}

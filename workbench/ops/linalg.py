@@ -141,9 +141,15 @@ def gemm_blas(call):
     node.implementation = impl
     state.add_node(node)
     _wire(sdfg, state, node, {a: "_a", b: "_b"}, {y: "_c"})
-    if c is not None and beta != 0:  # bias epilogue, after the GEMM
-        _bias(call, sdfg.add_state_after(state, "bias"), c, y, beta, M, N, accumulate=True)
+    if c is not None and beta != 0:
+        add_bias_state(call, sdfg, state, M, N)
     return sdfg
+
+
+def add_bias_state(call, sdfg, state, M, N):
+    """Gemm's ``Y += beta * C``, in a state after ``state`` (the product's)."""
+    _bias(call, sdfg.add_state_after(state, "bias"), call.input(2), call.output(0),
+          call.attr("beta", 1.0), M, N, accumulate=True)
 
 
 def _blas(call) -> str:

@@ -1,4 +1,4 @@
-// Convolutions on oneDNN for the workbench's generated programs.
+// Convolutions, pooling and GEMMs on oneDNN for the workbench's generated programs.
 //
 // The generated code includes only wb_dnnl.h (a few C declarations), so a
 // program's build never parses dnnl.hpp; this file is compiled once per
@@ -54,14 +54,32 @@ dnnl::algorithm eltwise_alg(int kind) {
     }
 }
 
+// Weights in a primitive's layout, reordered again only when the caller passes
+// another pointer or other sampled values.
+struct Packed {
+    memory::desc user;
+    memory weights;
+    const float* of = nullptr;
+    unsigned long long sampled = 0;
+    long count = 0;
+
+    const memory& from(const float* w, const dnnl::engine& eng, dnnl::stream& s) {
+        unsigned long long h = sample(w, count);
+        if (of != w || sampled != h) {
+            memory plain(user, eng, const_cast<float*>(w));
+            dnnl::reorder(plain, weights).execute(s, plain, weights);
+            of = w;
+            sampled = h;
+        }
+        return weights;
+    }
+};
+
 struct Conv {
     wb_conv_desc desc;        // what it was made for (a call site's static descriptor)
     dnnl::convolution_forward prim;
     memory::desc user_src, user_dst, user_wei, src_md, dst_md, wei_md, bias_md;
-    memory weights;          // in the primitive's layout
-    const float* weights_of = nullptr;
-    unsigned long long weights_sample = 0;
-    long weight_count = 0;
+    Packed packed;
     bool reorder_src = false, reorder_dst = false;
     std::string impl;         // oneDNN's name for the kernel it chose
     int add_index = -1;       // position of the residual Add (a sum) among the post-ops
@@ -75,11 +93,14 @@ struct Pool {
     std::string impl;
 };
 
+struct MatMul;
+
 struct Context {
     dnnl::engine engine{dnnl::engine::kind::cpu, 0};
     dnnl::stream stream{engine};
     std::unordered_map<const wb_conv_desc*, std::unique_ptr<Conv>> convs;
     std::unordered_map<const wb_pool_desc*, std::unique_ptr<Pool>> pools;
+    std::unordered_map<const wb_matmul_desc*, std::unique_ptr<MatMul>> matmuls;
     std::mutex lock;
     std::string error;
 };
@@ -106,8 +127,9 @@ std::unique_ptr<Conv> make_conv(Context& ctx, const wb_conv_desc* d) {
     static const tag plain_w[] = {tag::undef, tag::undef, tag::undef, tag::oiw, tag::oihw, tag::oidhw};
     static const tag plain_gw[] = {tag::undef, tag::undef, tag::undef, tag::goiw, tag::goihw, tag::goidhw};
     c->user_wei = memory::desc(wei_dims, dt::f32, d->groups > 1 ? plain_gw[nd] : plain_w[nd]);
-    c->weight_count = 1;
-    for (auto v : wei_dims) c->weight_count *= v;
+    c->packed.user = c->user_wei;
+    c->packed.count = 1;
+    for (auto v : wei_dims) c->packed.count *= v;
 
     dnnl::post_ops ops;
     for (int i = 0; i < d->n_post; ++i) {
@@ -154,8 +176,40 @@ std::unique_ptr<Conv> make_conv(Context& ctx, const wb_conv_desc* d) {
     c->reorder_dst = c->dst_md != c->user_dst;
     if (c->reorder_src) c->src_tmp = memory(c->src_md, ctx.engine);
     if (c->reorder_dst) c->dst_tmp = memory(c->dst_md, ctx.engine);
-    c->weights = memory(c->wei_md, ctx.engine);
+    c->packed.weights = memory(c->wei_md, ctx.engine);
     return c;
+}
+
+// A GEMM as a 1x1 convolution over a width of m with k input and n output channels:
+// A and Y are then channels-last (nwc) at their row strides, B the weights. On AVX2
+// oneDNN 3.2 has brgemm kernels for such convolutions (brgconv_1x1) and only its
+// plain jit GEMM for matmul primitives (measured slower than OpenBLAS).
+struct MatMul {
+    wb_matmul_desc desc;
+    dnnl::convolution_forward prim;
+    memory::desc user_a, user_y, bias_md;
+    Packed packed;
+    std::string impl;
+};
+
+std::unique_ptr<MatMul> make_matmul(Context& ctx, const wb_matmul_desc* d) {
+    auto p = std::make_unique<MatMul>();
+    p->desc = *d;
+    p->user_a = memory::desc({1, d->k, d->m}, dt::f32, {d->m * d->lda, 1, d->lda});
+    p->user_y = memory::desc({1, d->n, d->m}, dt::f32, {d->m * d->ldc, 1, d->ldc});
+    p->packed.user = memory::desc({d->n, d->k, 1}, dt::f32,
+                                  {d->b_strides[1], d->b_strides[0], 1});
+    p->packed.count = d->k * d->n;
+    p->bias_md = d->has_bias ? memory::desc({d->n}, dt::f32, tag::a) : memory::desc();
+    memory::desc any_w({d->n, d->k, 1}, dt::f32, tag::any);
+    const memory::dims one{1}, zero{0};
+    dnnl::convolution_forward::primitive_desc pd(
+        ctx.engine, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+        p->user_a, any_w, p->bias_md, p->user_y, one, zero, zero, zero);
+    p->prim = dnnl::convolution_forward(pd);
+    p->impl = pd.impl_info_str();
+    p->packed.weights = memory(pd.weights_desc(), ctx.engine);
+    return p;
 }
 
 // Pooling reads and writes the caller's layouts as they are: channels-last data
@@ -267,13 +321,7 @@ int wb_dnnl_conv(void* handle, const wb_conv_desc* d, const float* src, const fl
         }
         auto& eng = ctx.engine;
         auto& s = ctx.stream;
-        unsigned long long h = sample(w, c->weight_count);
-        if (c->weights_of != w || c->weights_sample != h) {
-            memory user(c->user_wei, eng, const_cast<float*>(w));
-            dnnl::reorder(user, c->weights).execute(s, user, c->weights);
-            c->weights_of = w;
-            c->weights_sample = h;
-        }
+        const memory& weights = c->packed.from(w, eng, s);
         memory user_src(c->user_src, eng, const_cast<float*>(src));
         memory user_dst(c->user_dst, eng, dst);
         memory src_mem = user_src, dst_mem = c->reorder_dst ? c->dst_tmp : user_dst;
@@ -286,7 +334,7 @@ int wb_dnnl_conv(void* handle, const wb_conv_desc* d, const float* src, const fl
             dnnl::reorder(user_src, c->src_tmp).execute(s, user_src, c->src_tmp);
             src_mem = c->src_tmp;
         }
-        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, c->weights},
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, weights},
                                              {DNNL_ARG_DST, dst_mem}};
         if (d->has_bias) args[DNNL_ARG_BIAS] = memory(c->bias_md, eng, const_cast<float*>(bias));
         c->prim.execute(s, args);
@@ -295,6 +343,48 @@ int wb_dnnl_conv(void* handle, const wb_conv_desc* d, const float* src, const fl
         return 0;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "wb_dnnl: convolution failed: %s\n", e.what());
+        return 2;
+    }
+}
+
+int wb_dnnl_matmul_check(const wb_matmul_desc* d, char* info, int size) {
+    std::string text;
+    int rc = 0;
+    try {
+        Context ctx;
+        text = make_matmul(ctx, d)->impl;
+    } catch (const std::exception& e) {
+        text = e.what();
+        rc = 1;
+    }
+    std::snprintf(info, size, "%s", text.c_str());
+    return rc;
+}
+
+int wb_dnnl_matmul(void* handle, const wb_matmul_desc* d, const float* a, const float* b,
+                   const float* bias, float* y) {
+    if (!handle) return 1;
+    auto& ctx = *static_cast<Context*>(handle);
+    try {
+        MatMul* p;
+        {
+            std::lock_guard<std::mutex> guard(ctx.lock);
+            auto& slot = ctx.matmuls[d];
+            if (!slot || std::memcmp(&slot->desc, d, sizeof *d) != 0) slot = make_matmul(ctx, d);
+            p = slot.get();
+        }
+        auto& eng = ctx.engine;
+        auto& s = ctx.stream;
+        std::unordered_map<int, memory> args{
+            {DNNL_ARG_SRC, memory(p->user_a, eng, const_cast<float*>(a))},
+            {DNNL_ARG_WEIGHTS, p->packed.from(b, eng, s)},
+            {DNNL_ARG_DST, memory(p->user_y, eng, y)}};
+        if (d->has_bias) args[DNNL_ARG_BIAS] = memory(p->bias_md, eng, const_cast<float*>(bias));
+        p->prim.execute(s, args);
+        s.wait();
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "wb_dnnl: matmul failed: %s\n", e.what());
         return 2;
     }
 }

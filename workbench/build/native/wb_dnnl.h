@@ -30,6 +30,15 @@ typedef struct {
     int algorithm;                 // WB_POOL_*
 } wb_pool_desc;
 
+// Y[m, :] = A[m, :] @ B (+ bias): rows of A and Y at their own strides, B a constant
+// of the program (reordered once into the kernel's layout, like convolution weights).
+typedef struct {
+    long m, k, n;
+    long lda, ldc;                 // row strides of A and Y (their columns are contiguous)
+    long b_strides[2];             // B over (k, n): {n, 1} as stored, {1, k} transposed
+    int has_bias;                  // n values added to every row
+} wb_matmul_desc;
+
 void* wb_dnnl_context_new(void);
 void wb_dnnl_context_free(void* ctx);
 // 0 on success. ``add`` is the residual (same layout as dst) when a post-op is WB_POST_ADD.
@@ -38,6 +47,10 @@ int wb_dnnl_conv(void* ctx, const wb_conv_desc* d, const float* src, const float
 // Whether oneDNN has this convolution: 0 and the implementation's name in ``info``, or 1
 // and the reason.
 int wb_dnnl_conv_check(const wb_conv_desc* d, char* info, int size);
+
+int wb_dnnl_matmul(void* ctx, const wb_matmul_desc* d, const float* a, const float* b,
+                   const float* bias, float* y);
+int wb_dnnl_matmul_check(const wb_matmul_desc* d, char* info, int size);
 
 int wb_dnnl_pool(void* ctx, const wb_pool_desc* d, const float* src, float* dst);
 int wb_dnnl_pool_check(const wb_pool_desc* d, char* info, int size);

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dace
+import dace.library
 from dace.codegen import codegen, compiler
 from dace.config import Config
 
@@ -94,8 +95,23 @@ def _header():
         return None
 
 
+def _libraries(environments: list) -> list:
+    """The files the environments link. A recipe's link line names them, so a library
+    that moved (the oneDNN shim, whose path changes with its source) needs a new one."""
+    out = []
+    for name in environments:
+        try:
+            env = dace.library.get_environment(name)
+        except Exception:  # noqa: BLE001 (a name DaCe no longer knows: keyed by name alone)
+            continue
+        libs = env.cmake_libraries() if callable(env.cmake_libraries) else env.cmake_libraries
+        out += [str(lib) for lib in libs or ()]
+    return out
+
+
 def _recipe_key(environments: list) -> str:
-    text = "\n".join([*environments, str(pch.compiler_path()), dace.__version__,
+    text = "\n".join([*environments, *_libraries(environments), str(pch.compiler_path()),
+                      dace.__version__,
                       Config.get("compiler", "cpu", "args") or "",
                       str(Config.get("compiler", "build_type")),
                       Config.get("compiler", "extra_cmake_args") or "", str(pch.ensure_pch())])

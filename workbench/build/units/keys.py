@@ -84,7 +84,9 @@ def salt() -> str:
              str(Config.get("compiler", "build_type")), str(blas_implementation()),
              os.environ.get("WORKBENCH_ONEDNN", "1"), str(onednn.available()), _sources()]
     if onednn.available():
-        parts.append(str(onednn.library_file()))
+        # the shim too: its path changes with its source, and units linking two shims
+        # under one soname would load only the first in a process
+        parts += [str(onednn.library_file()), str(onednn.shim())]
     text = "\n".join(parts)
     if text not in _salt:
         _salt[text] = hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,106 @@
+"""MatMul and Gemm on oneDNN (implementation ``onednn``): the weights packed once.
+
+One C++ tasklet calls ``wb_dnnl_matmul`` (workbench/build/native/wb_dnnl.cpp)
+with a static descriptor: rows of A (a MatMul's batch dimensions folded into
+them) and of Y at their own strides, B as stored or transposed (Gemm's
+``transB``), and a bias row when a Gemm's C is one. B is reordered into the
+kernel's blocked layout on the first call and kept while the program lives,
+as onnxruntime prepacks initializers: this implementation is for B a
+constant of the program. ChooseImplementation and GemmOnOneDNN offer it only
+there (``b_is_weight``); an expansion whose B is computed inside the program
+(a transient) takes the BLAS implementation instead.
+
+What is not this shape (float64, B with batch dimensions, A transposed,
+alpha other than 1, rows that do not fold) expands as BLAS.
+"""
+import math
+
+import dace
+
+from workbench.build import onednn
+from workbench.errors import UnsupportedCaseError
+from workbench.ops.conv_onednn import library_call, library_ready
+from workbench.ops.linalg import add_bias_state
+from workbench.ops.registry import expand_as, implements
+
+
+def rows_of(shape, strides):
+    """(rows, row stride) of an array whose dimensions but the last fold into evenly
+    spaced rows with contiguous columns, else None."""
+    if len(shape) < 2 or strides[-1] != 1:
+        return None
+    for i in range(len(shape) - 2):
+        if shape[i] != 1 and strides[i] != strides[i + 1] * shape[i + 1]:
+            return None
+    return math.prod(shape[:-1]), strides[-2]
+
+
+def gemm_desc(call) -> onednn.MatMulDesc:
+    """The call's product as the shim's descriptor, without the bias (raises call.fail
+    when the library cannot run it as one)."""
+    a, b, y = call.input(0), call.input(1), call.output(0)
+    if any(call.dtype(c) != dace.float32 for c in (a, b, y)):
+        raise call.fail("the oneDNN GEMM is float32 only")
+    gemm = call.op_type == "Gemm"
+    if gemm and (call.attr("transA", 0) or call.attr("alpha", 1.0) != 1.0):
+        raise call.fail("the oneDNN GEMM takes A as stored and alpha 1")
+    bs = call.shape(b)
+    if len(bs) != 2:
+        raise call.fail("the oneDNN GEMM takes a 2-D B (no batch of weights)")
+    transposed = gemm and call.attr("transB", 0)
+    k, n = bs[::-1] if transposed else bs
+    a_rows = rows_of(call.shape(a), _strides(call, a))
+    y_rows = rows_of(call.shape(y), _strides(call, y))
+    if a_rows is None or y_rows is None or a_rows[0] != y_rows[0] or call.shape(a)[-1] != k:
+        raise call.fail("A's and Y's rows do not fold into one matrix each")
+    bst = _strides(call, b)
+    d = onednn.MatMulDesc()
+    d.m, d.k, d.n, d.lda, d.ldc = a_rows[0], k, n, a_rows[1], y_rows[1]
+    d.b_strides[0], d.b_strides[1] = (bst[1], bst[0]) if transposed else bst
+    if 0 in (d.m, d.k, d.n):
+        raise call.fail("an empty product")
+    return d
+
+
+def _strides(call, conn) -> tuple:
+    return tuple(int(s) for s in call._desc(conn).strides)
+
+
+def b_is_transient(call) -> bool:
+    return call.inputs[call.input(1)].transient
+
+
+def _library(call):
+    library_ready(call)
+    if b_is_transient(call):
+        raise call.fail("B is computed inside the program: the library packs only constants")
+    d = gemm_desc(call)
+    a, b, c, y = call.input(0), call.input(1), call.input(2), call.output(0)
+    bias = None
+    if call.op_type == "Gemm" and c is not None and call.attr("beta", 1.0) != 0:
+        if call.attr("beta", 1.0) == 1.0 and call.shape(c) in ((d.n,), (1, d.n)):
+            bias = c
+    d.has_bias = int(bias is not None)
+    operands = {"__a": a, "__b": b, **({"__bias": bias} if bias else {})}
+    sdfg = library_call(call, "gemm", d, operands, y,
+                        f"wb_dnnl_matmul(__state->wb_dnnl, &desc_, __a, __b, "
+                        f"{'__bias' if bias else 'nullptr'}, __y)")
+    if call.op_type == "Gemm" and c is not None and call.attr("beta", 1.0) != 0 and not bias:
+        add_bias_state(call, sdfg, sdfg.sink_nodes()[0], d.m, d.n)
+    return sdfg
+
+
+@implements("MatMul", impl="onednn")
+def matmul_onednn(call):
+    try:
+        return _library(call)
+    except UnsupportedCaseError:
+        return expand_as(call, "blas")
+
+
+@implements("Gemm", impl="onednn")
+def gemm_onednn(call):
+    try:
+        return _library(call)
+    except UnsupportedCaseError:
+        return expand_as(call, "blas")
