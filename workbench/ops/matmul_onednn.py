@@ -90,15 +90,7 @@ def _library(call):
     return sdfg
 
 
-@implements("MatMul", impl="onednn")
-def matmul_onednn(call):
-    try:
-        return _library(call)
-    except UnsupportedCaseError:
-        return expand_as(call, "blas")
-
-
-@implements("Gemm", impl="onednn")
+@implements("MatMul", "Gemm", impl="onednn")
 def gemm_onednn(call):
     try:
         return _library(call)

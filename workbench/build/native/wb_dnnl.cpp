@@ -240,6 +240,23 @@ std::unique_ptr<Pool> make_pool(Context& ctx, const wb_pool_desc* d) {
     return p;
 }
 
+// A *_check answer: 0 and the kernel's name from ``make`` (a primitive made in a
+// throwaway context), or 1 and why oneDNN refused.
+template <class Make>
+int describe(char* info, int size, Make make) {
+    std::string text;
+    int rc = 0;
+    try {
+        Context ctx;
+        text = make(ctx);
+    } catch (const std::exception& e) {
+        text = e.what();
+        rc = 1;
+    }
+    std::snprintf(info, size, "%s", text.c_str());
+    return rc;
+}
+
 }  // namespace
 
 extern "C" {
@@ -266,17 +283,7 @@ int wb_dnnl_pool(void* handle, const wb_pool_desc* d, const float* src, float* d
 }
 
 int wb_dnnl_pool_check(const wb_pool_desc* d, char* info, int size) {
-    std::string text;
-    int rc = 0;
-    try {
-        Context ctx;
-        text = make_pool(ctx, d)->impl;
-    } catch (const std::exception& e) {
-        text = e.what();
-        rc = 1;
-    }
-    std::snprintf(info, size, "%s", text.c_str());
-    return rc;
+    return describe(info, size, [&](Context& ctx) { return make_pool(ctx, d)->impl; });
 }
 
 void* wb_dnnl_context_new(void) {
@@ -291,20 +298,11 @@ void* wb_dnnl_context_new(void) {
 void wb_dnnl_context_free(void* ctx) { delete static_cast<Context*>(ctx); }
 
 int wb_dnnl_conv_check(const wb_conv_desc* d, char* info, int size) {
-    std::string text;
-    int rc = 0;
-    try {
-        Context ctx;
+    return describe(info, size, [&](Context& ctx) {
         auto c = make_conv(ctx, d);
-        text = c->impl;
-        if (c->reorder_src) text += " +reorder src";
-        if (c->reorder_dst) text += " +reorder dst";
-    } catch (const std::exception& e) {
-        text = e.what();
-        rc = 1;
-    }
-    std::snprintf(info, size, "%s", text.c_str());
-    return rc;
+        return c->impl + (c->reorder_src ? " +reorder src" : "") +
+               (c->reorder_dst ? " +reorder dst" : "");
+    });
 }
 
 int wb_dnnl_conv(void* handle, const wb_conv_desc* d, const float* src, const float* w,
@@ -348,17 +346,7 @@ int wb_dnnl_conv(void* handle, const wb_conv_desc* d, const float* src, const fl
 }
 
 int wb_dnnl_matmul_check(const wb_matmul_desc* d, char* info, int size) {
-    std::string text;
-    int rc = 0;
-    try {
-        Context ctx;
-        text = make_matmul(ctx, d)->impl;
-    } catch (const std::exception& e) {
-        text = e.what();
-        rc = 1;
-    }
-    std::snprintf(info, size, "%s", text.c_str());
-    return rc;
+    return describe(info, size, [&](Context& ctx) { return make_matmul(ctx, d)->impl; });
 }
 
 int wb_dnnl_matmul(void* handle, const wb_matmul_desc* d, const float* a, const float* b,
