@@ -13,7 +13,10 @@ Rules:
    only to operators that read and write any strides: a Conv on oneDNN (as
    its input X or output), a ConvEpilogue on oneDNN whose epilogue is a
    post-op chain (as X, output or residual), or a MaxPool (without
-   Indices), AveragePool or global pool (as input or output).
+   Indices), AveragePool or global pool (as input or output), or a Concat
+   (any input or its output: it moves to its ``direct`` implementation, a
+   copy per input that reads and writes any strides, so SqueezeNet's fire
+   modules and DenseNet's blocks keep the layout through their Concats).
 2. A ConvEpilogue's output and residual are read with one layout: both
    become channels-last or neither.
 3. Every pool touching a chosen array must have a fast oneDNN kernel for
@@ -76,6 +79,8 @@ def _uses(node, conn):
         return ("residual", out) if conn == post.residual else None
     if node.op_type in POOLS and all(not c for c in node.onnx_outputs[1:]):
         return "pool"
+    if node.op_type == "Concat":
+        return "concat"
     return None
 
 
@@ -94,7 +99,8 @@ def _candidate(sdfg, name) -> bool:
 
 
 def choose(sdfg):
-    """(arrays to make channels-last, pools to move to oneDNN) for the program."""
+    """(arrays to make channels-last, the pools and Concats touching them: the pools
+    move to oneDNN, the Concats to their strided copy) for the program."""
     if not onednn.available():
         return set(), []
     links, eligible = {}, set()
@@ -124,7 +130,7 @@ def choose(sdfg):
         if not bad:
             break
         chosen -= {a for g in groups if g & bad for a in g}
-    pools = [(s, n) for s, n in onnx_ops(sdfg, POOLS)
+    pools = [(s, n) for s, n in onnx_ops(sdfg, POOLS | {"Concat"})
              if set(_connector_arrays(s, n).values()) & chosen]
     return chosen, pools
 
@@ -189,8 +195,11 @@ class ChannelsLast(Transformation):
         if not arrays:
             return []
         size = sum(sdfg.arrays[a].total_size * 4 for a in arrays)
+        concats = sum(1 for _, n in pools if n.op_type == "Concat")
         return [self.match({}, f"{len(arrays)} tensors ({size / 1e6:.2f} MB) channels-last, "
-                               f"{len(pools)} pools on oneDNN", {"all": True})]
+                               f"{len(pools) - concats} pools on oneDNN"
+                               + (f", {concats} Concats copying strided" if concats else ""),
+                           {"all": True})]
 
     def apply(self, sdfg, match):
         arrays, pools = choose(sdfg)
@@ -200,4 +209,4 @@ class ChannelsLast(Transformation):
             desc = sdfg.arrays[name]
             desc.strides = channels_last(desc.shape)
         for _, node in pools:
-            node.implementation = "onednn"
+            node.implementation = "direct" if node.op_type == "Concat" else "onednn"

@@ -6,7 +6,7 @@ from workbench.ops import implementations_of
 from workbench.transformation_api import Refusal, register
 
 
-STRIDED = {"onednn"}  # implementations that read operands at any strides
+STRIDED = {"onednn", "direct"}  # implementations that read operands at any strides
 # (op type, implementation) that takes B as a constant of the program (packed once)
 PACKS_B = {("MatMul", "onednn"), ("Gemm", "onednn"), ("GemmEpilogue", "onednn")}
 

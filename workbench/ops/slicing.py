@@ -64,6 +64,41 @@ def concat(call):
     return _runs(call, y, pieces, _around(out_shape, axis), into_one=True)
 
 
+@implements("Concat", impl="direct")
+def concat_direct(call):
+    """Each input copied into its slice of the output by a map over its own index, the
+    arrays at their own strides (channels-last ones after ChannelsLast too; the pure
+    implementation reshapes them, which only row-major data allows). The map's last,
+    innermost, parameter walks the output's fastest dimension."""
+    from workbench.ops.registry import mapped_tasklet
+    y = call.output(0)
+    shape, strides = call.shape(y), [int(s) for s in call.outputs[y].strides]
+    axis = _axis(call.attr("axis"), len(shape))
+    sdfg = dace.SDFG("concat_direct")
+    state = sdfg.add_state()
+    for conn, desc in {**call.inputs, **call.outputs}.items():
+        sdfg.add_array(conn, desc.shape, desc.dtype, strides=desc.strides,
+                       total_size=desc.total_size)
+    order = sorted(range(len(shape)), key=lambda d: -strides[d])
+    out_node, at = state.add_write(y), 0
+    for k, conn in enumerate(call.inputs):
+        extent = call.shape(conn)
+        if 0 not in extent:
+            index = [f"i{d}" for d in range(len(shape))]
+            target = [f"i{d} + {at}" if d == axis else f"i{d}" for d in range(len(shape))]
+            _, entry, _ = mapped_tasklet(
+                state, f"copy_{k}", {f"i{d}": f"0:{extent[d]}" for d in order},
+                {"v": dace.Memlet(f"{conn}[{', '.join(index)}]")}, "o = v",
+                {"o": dace.Memlet(f"{y}[{', '.join(target)}]")},
+                input_nodes={conn: state.add_read(conn)}, output_nodes={y: out_node})
+            # threads over all but the innermost loop, which stays a plain (vectorizable)
+            # run: collapsing it too costs a division per element (SqueezeNet's first
+            # Concat, channels-last: 0.62 ms, 0.18 ms without)
+            entry.map.collapse = max(1, len(shape) - 1)
+        at += extent[axis]
+    return sdfg
+
+
 @implements("Split")
 def split(call):
     """The outputs' shapes (from the split sizes or num_outputs) give the runs."""
