@@ -240,6 +240,17 @@ std::unique_ptr<Pool> make_pool(Context& ctx, const wb_pool_desc* d) {
     return p;
 }
 
+// The call site's primitive (made on its first call, or again if its descriptor
+// changed), looked up under the context's lock.
+template <class T, class D, class Make>
+T* slot_for(Context& ctx, std::unordered_map<const D*, std::unique_ptr<T>>& map, const D* d,
+            Make make) {
+    std::lock_guard<std::mutex> guard(ctx.lock);
+    auto& slot = map[d];
+    if (!slot || std::memcmp(&slot->desc, d, sizeof *d) != 0) slot = make(ctx, d);
+    return slot.get();
+}
+
 // A *_check answer: 0 and the kernel's name from ``make`` (a primitive made in a
 // throwaway context), or 1 and why oneDNN refused.
 template <class Make>
@@ -265,13 +276,7 @@ int wb_dnnl_pool(void* handle, const wb_pool_desc* d, const float* src, float* d
     if (!handle) return 1;
     auto& ctx = *static_cast<Context*>(handle);
     try {
-        Pool* p;
-        {
-            std::lock_guard<std::mutex> guard(ctx.lock);
-            auto& slot = ctx.pools[d];
-            if (!slot || std::memcmp(&slot->desc, d, sizeof *d) != 0) slot = make_pool(ctx, d);
-            p = slot.get();
-        }
+        Pool* p = slot_for(ctx, ctx.pools, d, make_pool);
         memory s(p->user_src, ctx.engine, const_cast<float*>(src)), t(p->user_dst, ctx.engine, dst);
         p->prim.execute(ctx.stream, {{DNNL_ARG_SRC, s}, {DNNL_ARG_DST, t}});
         ctx.stream.wait();
@@ -310,13 +315,7 @@ int wb_dnnl_conv(void* handle, const wb_conv_desc* d, const float* src, const fl
     if (!handle) return 1;
     auto& ctx = *static_cast<Context*>(handle);
     try {
-        Conv* c;
-        {
-            std::lock_guard<std::mutex> guard(ctx.lock);
-            auto& slot = ctx.convs[d];
-            if (!slot || std::memcmp(&slot->desc, d, sizeof *d) != 0) slot = make_conv(ctx, d);
-            c = slot.get();
-        }
+        Conv* c = slot_for(ctx, ctx.convs, d, make_conv);
         auto& eng = ctx.engine;
         auto& s = ctx.stream;
         const memory& weights = c->packed.from(w, eng, s);
@@ -354,13 +353,7 @@ int wb_dnnl_matmul(void* handle, const wb_matmul_desc* d, const float* a, const 
     if (!handle) return 1;
     auto& ctx = *static_cast<Context*>(handle);
     try {
-        MatMul* p;
-        {
-            std::lock_guard<std::mutex> guard(ctx.lock);
-            auto& slot = ctx.matmuls[d];
-            if (!slot || std::memcmp(&slot->desc, d, sizeof *d) != 0) slot = make_matmul(ctx, d);
-            p = slot.get();
-        }
+        MatMul* p = slot_for(ctx, ctx.matmuls, d, make_matmul);
         auto& eng = ctx.engine;
         auto& s = ctx.stream;
         std::unordered_map<int, memory> args{
