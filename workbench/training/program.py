@@ -1,0 +1,167 @@
+"""A training program: one ONNX model holding the forward pass, the loss,
+the backward pass and the optimizer update (or the gradients, without an
+optimizer), built from a model whose every tensor has a static shape."""
+import fnmatch
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from workbench.errors import BadInputError
+from workbench.importer.pieces import copy_model
+from workbench.training.backward import NOT_DIFFERENTIABLE, add_backward
+from workbench.training.emit import Emitter
+from workbench.training.forward import add_loss, training_forward
+from workbench.training.optimizers import OptimizerSettings, add_update
+
+MIN_OPSET = 13   # axes as inputs, Softmax over one axis: what the rules write
+
+
+@dataclass
+class TrainingProgram:
+    model: onnx.ModelProto
+    loss: str                                  # the loss output (rank 0)
+    params: list                               # parameters, inputs of the program
+    state: dict                                # every state input -> its initial value
+    next_state: dict                           # state input -> the output with its next value
+    gradients: dict = field(default_factory=dict)   # param -> gradient output (no optimizer)
+    hyper: dict = field(default_factory=dict)       # learning_rate / train_step -> value
+    labels: tuple = None                       # (name, elem_type, shape) or None
+    masks: list = field(default_factory=list)  # Dropout masks: (name, shape, ratio)
+    data: list = field(default_factory=list)   # the model's own inputs
+    loss_kind: str = "output"
+    optimizer: OptimizerSettings = None
+
+
+def default_params(model: onnx.ModelProto) -> list:
+    """Every float initializer of more than one element that some node reads where
+    a gradient can flow (not the shapes, indices or fixed statistics)."""
+    e = Emitter(model)
+    readers = {}
+    for node in model.graph.node:
+        for i, x in enumerate(node.input):
+            if i not in NOT_DIFFERENTIABLE.get(node.op_type, ()):
+                readers.setdefault(x, node)
+    return [t.name for t in model.graph.initializer
+            if e.is_float(t.name) and int(np.prod(t.dims)) > 1 and t.name in readers]
+
+
+def pick_params(model: onnx.ModelProto, params) -> list:
+    candidates = default_params(model)
+    if params is None:
+        chosen = candidates
+    elif isinstance(params, str):
+        chosen = [p for p in candidates if fnmatch.fnmatchcase(p, params)
+                  or re.search(params, p)]
+    else:
+        inits = {t.name for t in model.graph.initializer}
+        unknown = [p for p in params if p not in inits]
+        if unknown:
+            raise BadInputError(f"{', '.join(map(repr, unknown))} are not initializers of the "
+                                f"model; its parameters are: {', '.join(candidates[:20])}"
+                                f"{' ...' if len(candidates) > 20 else ''}")
+        chosen = list(params)
+    if not chosen:
+        raise BadInputError(f"no parameter matches {params!r}; the model's float initializers "
+                            f"are: {', '.join(candidates[:20]) or 'none'}")
+    return chosen
+
+
+def build_training(model: onnx.ModelProto, loss: str = "output", output: str = None,
+                   params=None, optimizer: OptimizerSettings = None, batchnorm: str = "batch",
+                   dropout: bool = False) -> TrainingProgram:
+    """``model``: every tensor with a static shape (the importer's folded model)."""
+    if batchnorm not in ("batch", "running"):
+        raise BadInputError(f"batchnorm must be 'batch' or 'running', not {batchnorm!r}")
+    model = _at_least(copy_model(model), MIN_OPSET)
+    graph = model.graph
+    outputs = [o.name for o in graph.output]
+    output = output or outputs[0]
+    if output not in outputs:
+        raise BadInputError(f"'{output}' is not an output of the model; its outputs are "
+                            f"{', '.join(outputs)}")
+    chosen = pick_params(model, params)
+    inits = {t.name: t for t in graph.initializer}
+    data = [i.name for i in graph.input if i.name not in inits]
+    e = Emitter(model)
+    nodes, buffers, masks = training_forward(e, list(graph.node), batchnorm, dropout)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    loss_name, labels = add_loss(e, loss, output)
+    grads = add_backward(e, list(graph.node) + e.nodes, loss_name, chosen)
+    program = TrainingProgram(model, "loss", chosen, {}, {}, labels=labels, masks=masks,
+                              data=data, loss_kind=loss, optimizer=optimizer)
+    outs = [_rename(e, loss_name, "loss")]
+    if optimizer is None:
+        for p in chosen:
+            program.gradients[p] = _rename(e, grads[p], f"grad__{p}")
+        outs += [program.gradients[p] for p in chosen]
+    else:
+        program.hyper, updates = add_update(e, optimizer, chosen, grads)
+        for name, (nxt, initial) in updates.items():
+            program.state[name] = initial
+            program.next_state[name] = _rename(e, nxt, f"next__{name}")
+    for name, nxt in buffers.items():
+        program.state[name] = None
+        program.next_state[name] = _rename(e, nxt, f"next__{name}")
+    outs += list(program.next_state.values())
+    e.finish()
+    _make_inputs(e, program, inits)
+    del graph.output[:]
+    for name in outs:
+        elem_type, shape = e.types[name]
+        graph.output.append(helper.make_tensor_value_info(name, elem_type, shape))
+    return program
+
+
+def _rename(e, name: str, wanted: str) -> str:
+    """An Identity to a readable output name (outputs are named for the user)."""
+    out = e.fresh(wanted)
+    e.nodes.append(helper.make_node("Identity", [name], [out], name=e.fresh(f"{out}_node")))
+    e.types[out] = e.types[name]
+    return out
+
+
+def _make_inputs(e, program, inits):
+    """Parameters and state become inputs; their values go to ``program.state``."""
+    graph = program.model.graph
+    moved = set(program.params) | {n for n, v in program.state.items() if v is None}
+    for name in moved:
+        program.state[name] = numpy_helper.to_array(inits[name]).copy()
+    keep = [t for t in graph.initializer if t.name not in moved]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+    extra = [n for n in program.state if n not in moved]   # optimizer moments
+    new_inputs = list(program.params) + [n for n in program.state if n not in program.params
+                                         and n in moved] + extra + list(program.hyper)
+    if program.labels:
+        new_inputs.append(program.labels[0])
+    new_inputs += [m[0] for m in program.masks]
+    existing = {i.name for i in graph.input}
+    for name in new_inputs:
+        if name in existing:
+            continue
+        elem_type, shape = e.types[name]
+        graph.input.append(helper.make_tensor_value_info(name, elem_type, shape))
+    # an input listed as an initializer too would be a default value: not any more
+    kept = {t.name for t in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in kept or i.name not in moved]
+    del graph.input[:]
+    graph.input.extend(inputs)
+
+
+def _at_least(model: onnx.ModelProto, version: int) -> onnx.ModelProto:
+    current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if current is None or current >= version:
+        return model
+    from onnx import version_converter
+    try:
+        converted = version_converter.convert_version(model, version)
+    except Exception as err:  # noqa: BLE001 (the converter raises many kinds)
+        raise BadInputError(f"the model is opset {current}; the training program needs opset "
+                            f"{version} or later, and onnx's converter failed: {err}. Export "
+                            f"the model at opset {version} or later.") from err
+    from workbench.importer.shapes import infer_shapes
+    return infer_shapes(converted)

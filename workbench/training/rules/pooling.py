@@ -1,0 +1,149 @@
+"""Convolutions and pools.
+
+Conv's input gradient is a ConvTranspose of dY with the same weights; its
+weight gradient is again a convolution, of the input (batch and channels
+swapped) with dY as the kernel, strides and dilations exchanged, per group.
+MaxPool sends dY to the positions its Indices output names (a scatter-add:
+overlapping windows can pick the same element); AveragePool spreads dY over
+each window divided by that window's count, as a depthwise ConvTranspose.
+"""
+import numpy as np
+from onnx import TensorProto
+
+from workbench.training.rules import rule
+from workbench.training.rules.normalization import saved_output
+
+
+def window(c, spatial, kernel):
+    """strides, dilations, pads (begins + ends) with auto_pad made explicit."""
+    n = len(kernel)
+    strides = list(c.attr("strides") or [1] * n)
+    dilations = list(c.attr("dilations") or [1] * n)
+    pads = list(c.attr("pads") or [0] * (2 * n))
+    auto = c.attr("auto_pad", "NOTSET") or "NOTSET"
+    out = c.shape(c.y())[2:]
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        for i in range(n):
+            total = max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
+                        - spatial[i])
+            small = total // 2
+            pads[i], pads[n + i] = ((small, total - small) if auto == "SAME_UPPER"
+                                    else (total - small, small))
+    elif auto == "VALID":
+        pads = [0] * (2 * n)
+    return strides, dilations, pads
+
+
+def transpose_back(e, dy, weights, spatial, strides, dilations, pads, group, like):
+    """ConvTranspose of dy with ``weights`` onto an input of size ``spatial``: the
+    gradient of the Conv(x, weights) that made dy."""
+    n = len(spatial)
+    kernel = e.shape(weights)[2:]
+    out = e.shape(dy)[2:]
+    pads = list(pads)
+    padding = []
+    for i in range(n):
+        full = strides[i] * (out[i] - 1) + (kernel[i] - 1) * dilations[i] + 1
+        extra = spatial[i] - (full - pads[i] - pads[n + i])
+        if extra < 0:   # the last windows reached past the end (ceil mode): crop more
+            pads[n + i] -= extra
+            extra = 0
+        padding.append(extra)
+    attrs = dict(strides=strides, dilations=dilations, pads=pads, group=group)
+    if any(padding):
+        attrs["output_padding"] = padding
+    shape = (e.shape(dy)[0], e.shape(like)[1]) + tuple(spatial)
+    return e.op("ConvTranspose", [dy, weights], like=like, shape=shape, **attrs)
+
+
+@rule("Conv")
+def conv(c):
+    e, x, w, dy = c.e, c.x(0), c.x(1), c.dy()
+    xs, ws, ys = c.shape(x), c.shape(w), c.shape(dy)
+    spatial, kernel = xs[2:], ws[2:]
+    strides, dilations, pads = window(c, spatial, kernel)
+    group = int(c.attr("group", 1))
+    n = len(spatial)
+    grads = [None, None, None]
+    if c.wants(2):
+        grads[2] = e.reshape(e.reduce_sum(dy, [0] + list(range(2, 2 + n)), keepdims=False),
+                             c.shape(c.x(2)))
+    if c.wants(0):
+        grads[0] = transpose_back(e, dy, w, spatial, strides, dilations, pads, group, x)
+    if c.wants(1):
+        batch, chans = xs[0], xs[1]
+        per_group = chans // group
+        # input: (C/G, G*N, *S), channel g*N + n holding x[n, g*C/G + c]
+        split = e.reshape(x, (batch, group, per_group) + tuple(spatial))
+        xt = e.reshape(e.transpose(split, [2, 1, 0] + list(range(3, 3 + n))),
+                       (per_group, group * batch) + tuple(spatial))
+        kernel_t = e.transpose(dy, [1, 0] + list(range(2, 2 + n)))   # (Co, N, *O)
+        reach = [(spatial[i] + pads[i] + pads[n + i] - (ys[2 + i] - 1) * strides[i] - 1)
+                 // dilations[i] + 1 for i in range(n)]
+        full = e.op("Conv", [xt, kernel_t], like=w, shape=(per_group, ws[0]) + tuple(reach),
+                    strides=dilations, dilations=strides, pads=pads, group=group)
+        if tuple(reach) != tuple(kernel):
+            full = e.op("Slice", [full, e.ints([0] * n), e.ints(kernel),
+                                  e.ints(range(2, 2 + n))], like=w,
+                        shape=(per_group, ws[0]) + tuple(kernel))
+        grads[1] = e.transpose(full, [1, 0] + list(range(2, 2 + n)))
+    return grads
+
+
+@rule("MaxPool")
+def max_pool(c):
+    e, x, dy = c.e, c.x(0), c.dy()
+    if c.attr("storage_order", 0):
+        raise c.fail("storage_order=1 (column-major indices)")
+    indices = saved_output(c, 1, c.shape(dy))
+    e.types[indices] = (TensorProto.INT64, tuple(c.shape(dy)))
+    size = int(np.prod(c.shape(x)))
+    flat = e.op("ConstantOfShape", [e.ints([size])], like=x, shape=(size,),
+                value=_zero(e.elem_type(x)))
+    count = int(np.prod(c.shape(dy)))
+    scattered = e.op("ScatterElements", [flat, e.reshape(indices, [count]), e.reshape(dy, [count])],
+                     like=x, shape=(size,), axis=0, reduction="add")
+    return [e.reshape(scattered, c.shape(x))]
+
+
+@rule("AveragePool")
+def average_pool(c):
+    e, x, dy = c.e, c.x(0), c.dy()
+    xs = c.shape(x)
+    kernel = list(c.attr("kernel_shape"))
+    if any(d != 1 for d in (c.attr("dilations") or [])):
+        raise c.fail("dilated average pooling")
+    strides, _, pads = window(c, xs[2:], kernel)
+    counts = window_counts(xs[2:], e.shape(dy)[2:], kernel, strides, pads,
+                           bool(c.attr("count_include_pad", 0)))
+    scaled = e.mul(dy, e.const(1.0 / counts.astype(e.np_dtype(x))))
+    ones = e.const(np.ones((xs[1], 1) + tuple(kernel), dtype=e.np_dtype(x)))
+    return [transpose_back(e, scaled, ones, xs[2:], strides, [1] * len(kernel), pads, xs[1], x)]
+
+
+def window_counts(spatial, out, kernel, strides, pads, include_pad: bool) -> np.ndarray:
+    """How many elements each pooling window averaged (1, 1, *out)."""
+    n = len(spatial)
+    per_axis = []
+    for i in range(n):
+        start = np.arange(out[i]) * strides[i] - pads[i]
+        end = start + kernel[i]
+        low, high = (-pads[i], spatial[i] + pads[n + i]) if include_pad else (0, spatial[i])
+        per_axis.append(np.minimum(end, high) - np.maximum(start, low))
+    counts = per_axis[0]
+    for axis in per_axis[1:]:
+        counts = np.multiply.outer(counts, axis)
+    return counts.reshape((1, 1) + tuple(out))
+
+
+@rule("GlobalAveragePool")
+def global_average_pool(c):
+    e, x = c.e, c.x(0)
+    xs = c.shape(x)
+    spread = e.expand(c.dy(), xs)
+    return [e.mul(spread, e.scalar(1.0 / int(np.prod(xs[2:])), x))]
+
+
+def _zero(elem_type):
+    from onnx import helper
+    return helper.make_tensor("zero", elem_type, [1], [0])
