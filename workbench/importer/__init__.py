@@ -59,9 +59,27 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
             name = name or Path(source).stem
     # Fail on unsupported ops before any expensive work.
     check_supported(model, allow=FOLDED_AT_IMPORT | lowered_op_types(model))
+    check_tensor_inputs(model)
+    fixed = fix_input_shapes(model, input_shapes)
+    folded, n_folded, known = settle_shapes(fixed, fold, memory_budget, progress)
+    folded = compute_half_in_float(folded, tensor_types(folded))
+    counted = {}
+    if bounded:
+        folded, counted = bound_data_dependent(folded, tensor_types(folded))
+    with progress.phase("build SDFG"):
+        sdfg_name = c_identifier(f"wb_{name}", set())
+        sdfg, inputs, outputs, weights = build_sdfg(folded, tensor_types(folded), sdfg_name,
+                                                    prefer_blas, known)
+    stats = {"nodes_in": len(model.graph.node), "nodes_folded": n_folded,
+             "nodes": len(folded.graph.node)}
+    return ImportedModel(name, sdfg, inputs, outputs, weights, fixed, folded, stats, counted)
+
+
+def settle_shapes(fixed: onnx.ModelProto, fold: bool = True, memory_budget=None,
+                  progress=SILENT):
+    """Shape inference and constant folding until nothing more folds, on a model
+    whose inputs have static shapes: (folded model, nodes folded, known values)."""
     with progress.phase("shape inference"):
-        check_tensor_inputs(model)
-        fixed = fix_input_shapes(model, input_shapes)
         lowered = lower_sequences(fixed).model if needs_lowering(fixed) else fixed
         inferred = infer_shapes(lowered, memory_budget=memory_budget)
         check_contracts(inferred, tensor_types(inferred))
@@ -79,17 +97,7 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
             n_folded += n_more
             folded, known = infer_shapes(again, known_more, memory_budget), known_more
         folded, known = settle_control_flow(folded, known, fold)
-    folded = compute_half_in_float(folded, tensor_types(folded))
-    counted = {}
-    if bounded:
-        folded, counted = bound_data_dependent(folded, tensor_types(folded))
-    with progress.phase("build SDFG"):
-        sdfg_name = c_identifier(f"wb_{name}", set())
-        sdfg, inputs, outputs, weights = build_sdfg(folded, tensor_types(folded), sdfg_name,
-                                                    prefer_blas, known)
-    stats = {"nodes_in": len(model.graph.node), "nodes_folded": n_folded,
-             "nodes": len(folded.graph.node)}
-    return ImportedModel(name, sdfg, inputs, outputs, weights, fixed, folded, stats, counted)
+    return folded, n_folded, known
 
 
-__all__ = ["ImportedModel", "TensorInfo", "import_model"]
+__all__ = ["ImportedModel", "settle_shapes", "TensorInfo", "import_model"]

@@ -47,6 +47,17 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
         self.recovery_note = ""
         self.lock = threading.RLock()   # held while a call works on the SDFG (verify_steps)
 
+    def training(self, loss: str = "output", labels=None, params=None, optimizer: str = None,
+                 lr: float = 0.01, **options):
+        """A training session over this model (as imported): its SDFG holds the forward
+        pass, the ``loss`` ("mse", "cross_entropy" or "output"), the backward pass and
+        the ``optimizer``'s update ("sgd", "adamw"; None: the gradients are outputs).
+        ``params``: names, a name pattern, or None for every float initializer a
+        gradient reaches. See ``workbench.session.training``."""
+        from workbench.session.training import open_training
+        return open_training(self, loss=loss, labels=labels, params=params,
+                             optimizer=optimizer, lr=lr, progress=self.progress, **options)
+
     @property
     def name(self) -> str:
         return self.model.name

@@ -11,7 +11,7 @@ from onnx import helper, numpy_helper
 
 from workbench.errors import BadInputError
 from workbench.importer.pieces import copy_model
-from workbench.training.backward import NOT_DIFFERENTIABLE, add_backward
+from workbench.training.backward import add_backward, differentiable
 from workbench.training.emit import Emitter
 from workbench.training.forward import add_loss, training_forward
 from workbench.training.optimizers import OptimizerSettings, add_update
@@ -32,24 +32,25 @@ class TrainingProgram:
     masks: list = field(default_factory=list)  # Dropout masks: (name, shape, ratio)
     data: list = field(default_factory=list)   # the model's own inputs
     loss_kind: str = "output"
+    classes: int = 0                           # cross entropy: the size of axis 1
+    forward: onnx.ModelProto = None            # the folded forward pass, parameters as inputs
     optimizer: OptimizerSettings = None
 
 
-def default_params(model: onnx.ModelProto) -> list:
-    """Every float initializer of more than one element that some node reads where
-    a gradient can flow (not the shapes, indices or fixed statistics)."""
+def default_params(model: onnx.ModelProto, output: str) -> list:
+    """Every float initializer of more than one element that ``output`` depends on
+    where a gradient can flow (not through shapes, indices or fixed statistics)."""
     e = Emitter(model)
-    readers = {}
-    for node in model.graph.node:
-        for i, x in enumerate(node.input):
-            if i not in NOT_DIFFERENTIABLE.get(node.op_type, ()):
-                readers.setdefault(x, node)
+    needed = {output}
+    for node in reversed(model.graph.node):
+        if any(y in needed and e.is_float(y) for y in node.output):
+            needed.update(x for i, x in enumerate(node.input) if differentiable(node, i))
     return [t.name for t in model.graph.initializer
-            if e.is_float(t.name) and int(np.prod(t.dims)) > 1 and t.name in readers]
+            if t.name in needed and e.is_float(t.name) and int(np.prod(t.dims)) > 1]
 
 
-def pick_params(model: onnx.ModelProto, params) -> list:
-    candidates = default_params(model)
+def pick_params(model: onnx.ModelProto, params, output: str) -> list:
+    candidates = default_params(model, output)
     if params is None:
         chosen = candidates
     elif isinstance(params, str):
@@ -72,27 +73,37 @@ def pick_params(model: onnx.ModelProto, params) -> list:
 def build_training(model: onnx.ModelProto, loss: str = "output", output: str = None,
                    params=None, optimizer: OptimizerSettings = None, batchnorm: str = "batch",
                    dropout: bool = False) -> TrainingProgram:
-    """``model``: every tensor with a static shape (the importer's folded model)."""
+    """``model``: the imported model with its input shapes fixed (not folded: folding
+    would turn values computed from parameters, an embedding row picked by a
+    constant index, into constants). The parameters become inputs first, then
+    the importer's shape inference and folding run, so nothing they reach folds."""
     if batchnorm not in ("batch", "running"):
         raise BadInputError(f"batchnorm must be 'batch' or 'running', not {batchnorm!r}")
-    model = _at_least(copy_model(model), MIN_OPSET)
-    graph = model.graph
-    outputs = [o.name for o in graph.output]
+    from workbench.importer import settle_shapes
+    from workbench.importer.shapes import infer_shapes
+    model = infer_shapes(_at_least(copy_model(model), MIN_OPSET))
+    outputs = [o.name for o in model.graph.output]
     output = output or outputs[0]
     if output not in outputs:
         raise BadInputError(f"'{output}' is not an output of the model; its outputs are "
                             f"{', '.join(outputs)}")
-    chosen = pick_params(model, params)
+    chosen = pick_params(model, params, output)
+    values = _as_inputs(model, chosen)
+    model = settle_shapes(model)[0]
+    forward = copy_model(model)
+    graph = model.graph
     inits = {t.name: t for t in graph.initializer}
-    data = [i.name for i in graph.input if i.name not in inits]
+    data = [i.name for i in graph.input if i.name not in inits and i.name not in values]
     e = Emitter(model)
     nodes, buffers, masks = training_forward(e, list(graph.node), batchnorm, dropout)
     del graph.node[:]
     graph.node.extend(nodes)
     loss_name, labels = add_loss(e, loss, output)
+    classes = e.shape(output)[1] if loss == "cross_entropy" else 0
     grads = add_backward(e, list(graph.node) + e.nodes, loss_name, chosen)
     program = TrainingProgram(model, "loss", chosen, {}, {}, labels=labels, masks=masks,
-                              data=data, loss_kind=loss, optimizer=optimizer)
+                              data=data, loss_kind=loss, optimizer=optimizer,
+                              classes=classes, forward=forward)
     outs = [_rename(e, loss_name, "loss")]
     if optimizer is None:
         for p in chosen:
@@ -108,12 +119,28 @@ def build_training(model: onnx.ModelProto, loss: str = "output", output: str = N
         program.next_state[name] = _rename(e, nxt, f"next__{name}")
     outs += list(program.next_state.values())
     e.finish()
+    program.state.update(values)
     _make_inputs(e, program, inits)
     del graph.output[:]
     for name in outs:
         elem_type, shape = e.types[name]
         graph.output.append(helper.make_tensor_value_info(name, elem_type, shape))
     return program
+
+
+def _as_inputs(model, names) -> dict:
+    """Move the initializers ``names`` to graph inputs; returns their values."""
+    graph = model.graph
+    values, keep = {}, []
+    for t in graph.initializer:
+        if t.name in names:
+            values[t.name] = numpy_helper.to_array(t).copy()
+            graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        else:
+            keep.append(t)
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+    return values
 
 
 def _rename(e, name: str, wanted: str) -> str:
@@ -127,7 +154,7 @@ def _rename(e, name: str, wanted: str) -> str:
 def _make_inputs(e, program, inits):
     """Parameters and state become inputs; their values go to ``program.state``."""
     graph = program.model.graph
-    moved = set(program.params) | {n for n, v in program.state.items() if v is None}
+    moved = {n for n, v in program.state.items() if v is None}
     for name in moved:
         program.state[name] = numpy_helper.to_array(inits[name]).copy()
     keep = [t for t in graph.initializer if t.name not in moved]

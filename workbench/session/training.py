@@ -1,0 +1,119 @@
+"""A Session over a training program (``Session.training``): the program's SDFG
+holds the forward pass, the loss, the backward pass and the update, so every
+transformation, the window, profiling and export work on it unchanged; this
+class only keeps the parameters and the optimizer's state between steps."""
+import numpy as np
+
+from workbench.errors import BadInputError
+from workbench.progress import SILENT
+from workbench.session import Session
+from workbench.training import OptimizerSettings, build_training
+
+
+def open_training(ws, loss: str = "output", labels=None, params=None, optimizer: str = None,
+                  lr: float = 0.01, output: str = None, batchnorm: str = "batch",
+                  dropout: bool = False, weight_decay: float = None, momentum: float = 0.0,
+                  betas=(0.9, 0.999), eps: float = 1e-8, progress=SILENT) -> "TrainingSession":
+    from workbench.importer import import_model
+    settings = None
+    if optimizer is not None:
+        decay = (0.01 if optimizer == "adamw" else 0.0) if weight_decay is None else weight_decay
+        settings = OptimizerSettings(optimizer, lr, momentum, decay, tuple(betas), eps).check()
+    with progress.phase("build the training program"):
+        program = build_training(ws.model.reference_model, loss=loss, output=output, params=params,
+                                 optimizer=settings, batchnorm=batchnorm, dropout=dropout)
+    imported = import_model(program.model, name=f"{ws.name}_train", progress=progress)
+    session = TrainingSession(imported, program, progress)
+    session.labels = labels
+    return session
+
+
+class TrainingSession(Session):
+    """``step(batch)`` runs one training step and keeps the updated state;
+    ``gradients(batch)`` (a program built without an optimizer) returns them."""
+
+    def __init__(self, imported, program, progress=SILENT, build_slot: str = None):
+        super().__init__(imported, progress, build_slot)
+        self.program = program
+        self.state = {k: np.array(v, copy=True) for k, v in program.state.items()}
+        self.steps_taken = 0
+        self.losses = []
+        self.labels = None
+        self._rng = np.random.default_rng(0)
+
+    @property
+    def parameters(self) -> dict:
+        return {p: self.state[p] for p in self.program.params}
+
+    def feeds(self, batch: dict, step: int = None) -> dict:
+        """The program's inputs for ``batch`` (the model's inputs and the labels):
+        the current state, the hyper-parameters and freshly drawn Dropout masks."""
+        prog = self.program
+        wanted = set(prog.data) | ({prog.labels[0]} if prog.labels else set())
+        batch = dict(batch)
+        if prog.labels and prog.labels[0] not in batch and "labels" in batch:
+            batch[prog.labels[0]] = batch.pop("labels")
+        missing = sorted(wanted - set(batch))
+        unknown = sorted(set(batch) - wanted)
+        if missing or unknown:
+            raise BadInputError(f"a training batch holds {', '.join(sorted(wanted))}"
+                                f"{'; missing ' + ', '.join(missing) if missing else ''}"
+                                f"{'; unknown ' + ', '.join(unknown) if unknown else ''}")
+        feeds = {**batch, **self.state}
+        for name, shape, ratio in prog.masks:
+            feeds[name] = (self._rng.random(shape) >= ratio).astype(np.float32)
+        step = self.steps_taken + 1 if step is None else step
+        for name, value in prog.hyper.items():
+            feeds[name] = np.array(step if name.startswith("train_step") else value, np.float32)
+        return feeds
+
+    def step(self, batch: dict) -> float:
+        """One training step; the state moves on; returns the loss (before the update)."""
+        if self.program.optimizer is None:
+            raise BadInputError("this training program has no optimizer; build it with "
+                                "optimizer='sgd' or 'adamw' to take steps, or call gradients().")
+        out = self.run(self.feeds(batch))
+        for name, output in self.program.next_state.items():
+            self.state[name] = out[output]
+        self.steps_taken += 1
+        loss = float(np.asarray(out["loss"]).reshape(()))
+        self.losses.append(loss)
+        return loss
+
+    def gradients(self, batch: dict) -> dict:
+        """The loss and every parameter's gradient at the current state."""
+        if not self.program.gradients:
+            raise BadInputError("this training program updates its parameters; build it "
+                                "without an optimizer to read gradients.")
+        out = self.run(self.feeds(batch))
+        grads = {p: out[g] for p, g in self.program.gradients.items()}
+        return {"loss": float(np.asarray(out["loss"]).reshape(())), **grads}
+
+    def random_batch(self, seed: int = 0) -> dict:
+        """Seeded data inputs and labels (class indices in range for cross entropy)."""
+        rng = np.random.default_rng(seed)
+        batch = {}
+        for info in self.inputs:
+            if info.onnx_name in self.program.data:
+                batch[info.onnx_name] = _random(rng, info.shape, info.dtype)
+        if self.program.labels:
+            name, _, shape = self.program.labels
+            if self.program.loss_kind == "cross_entropy":
+                classes = self.program.classes
+                batch[name] = rng.integers(0, classes, shape).astype(np.int64)
+            else:
+                batch[name] = rng.standard_normal(shape).astype(np.float32)
+        return batch
+
+    def random_inputs(self, seed: int = 0) -> dict:
+        """What ``verify`` and the step checks run: a random batch at the current state."""
+        return self.feeds(self.random_batch(seed))
+
+
+def _random(rng, shape, dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) > 0.5
+    return rng.integers(0, 2, shape).astype(dtype)
