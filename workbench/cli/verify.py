@@ -4,6 +4,7 @@ from workbench.cli.common import (add_model_args, add_recipe_arg, apply_recipe, 
 from workbench.session.signing import add_trust_arg, trusting
 from workbench.errors import BadInputError
 from workbench.runtime.verify import DEFAULT_ATOL, DEFAULT_RTOL
+from workbench.training import LOSSES
 
 
 def register(sub):
@@ -22,10 +23,21 @@ def register(sub):
                    help="gpu: build with CUDA and run on the GPU (needs a CUDA device)")
     p.add_argument("--arch", metavar="sm_XX", help="CUDA architecture for --target gpu "
                    "(default: the device's own, e.g. sm_90 on an H100)")
+    train = p.add_argument_group("training (--train)")
+    train.add_argument("--train", action="store_true",
+                       help="check the training program: its gradients against directional "
+                            "derivatives by onnxruntime on the model, its outputs against "
+                            "onnxruntime running it")
+    train.add_argument("--loss", choices=LOSSES, help="default: 'output' for a model whose "
+                       "output has one element, else 'mse'")
+    train.add_argument("--directions", type=int, default=4, metavar="N",
+                       help="directional derivatives to check (default 4)")
     p.set_defaults(run=run)
 
 
 def run(args, progress) -> int:
+    if args.train:
+        return run_train(args, progress)
     inputs = load_npz(args.inputs, "--inputs") if args.inputs else None
     expect = load_npz(args.expect, "--expect") if args.expect else None
     arch = _gpu_arch(args)
@@ -48,6 +60,42 @@ def run(args, progress) -> int:
                    "timings": {k: round(v, 4) for k, v in report.timings.items()},
                    **({"recipe": recipe} if recipe else {})})
     return 0 if report.match else 1
+
+
+def run_train(args, progress) -> int:
+    from workbench.runtime.gradient_check import DEFAULT_RTOL as GRAD_RTOL, check_gradients
+    if args.target != "cpu" or args.expect:
+        raise BadInputError("--train checks the CPU program against onnxruntime; leave out "
+                            "--target and --expect.")
+    if args.directions < 1:
+        raise BadInputError("--directions takes a positive count.")
+    with trusting(args.trust):
+        ws = open_session(args, progress)
+    tr = ws.training(loss=args.loss or default_loss(ws))
+    recipe = apply_recipe(tr, args, progress)
+    batch = tr.batch_from(load_npz(args.inputs, "--inputs")) if args.inputs else \
+        tr.random_batch()
+    report = tr.verify(inputs=tr.feeds(batch), rtol=args.rtol, atol=args.atol)
+    print(report.text())
+    with progress.phase("directional derivatives (onnxruntime)"):
+        grads = check_gradients(tr, batch, directions=args.directions, rtol=GRAD_RTOL)
+    print(grads.text())
+    ok = report.match and grads.match
+    if args.json:
+        emit_json({"model": ws.name, "match": ok, "program_match": report.match,
+                   "gradient": grads.to_dict(), "loss": tr.program.loss_kind,
+                   "outputs": [{"name": o.name, "max_abs_err": o.max_abs_err,
+                                "max_rel_err": o.max_rel_err, "match": o.match}
+                               for o in report.outputs],
+                   **({"recipe": recipe} if recipe else {})})
+    return 0 if ok else 1
+
+
+def default_loss(ws) -> str:
+    """'output' where the model's first output is one element, else 'mse'."""
+    import numpy as np
+    first = ws.outputs[0]
+    return "output" if int(np.prod(first.shape)) == 1 else "mse"
 
 
 def _gpu_arch(args):

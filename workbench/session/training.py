@@ -25,6 +25,7 @@ def open_training(ws, loss: str = "output", labels=None, params=None, optimizer:
     imported = import_model(program.model, name=f"{ws.name}_train", progress=progress)
     session = TrainingSession(imported, program, progress)
     session.labels = labels
+    session.reference_source = ws.model.reference_model
     return session
 
 
@@ -39,6 +40,7 @@ class TrainingSession(Session):
         self.steps_taken = 0
         self.losses = []
         self.labels = None
+        self.reference_source = None   # the user's model (fixed shapes) it was built from
         self._rng = np.random.default_rng(0)
 
     @property
@@ -88,6 +90,22 @@ class TrainingSession(Session):
         out = self.run(self.feeds(batch))
         grads = {p: out[g] for p, g in self.program.gradients.items()}
         return {"loss": float(np.asarray(out["loss"]).reshape(())), **grads}
+
+    def batch_from(self, arrays: dict) -> dict:
+        """A batch from user arrays (an .npz): the model's inputs and the labels
+        (named 'labels' or as the program names them); missing labels are drawn."""
+        batch = dict(arrays)
+        prog = self.program
+        if prog.labels and prog.labels[0] not in batch:
+            if "labels" in batch:
+                batch[prog.labels[0]] = batch.pop("labels")
+            else:
+                batch[prog.labels[0]] = self.random_batch()[prog.labels[0]]
+        infos = {i.onnx_name: i for i in self.inputs}
+        for name in list(batch):
+            if name in infos:
+                batch[name] = np.asarray(batch[name]).astype(infos[name].dtype, copy=False)
+        return batch
 
     def random_batch(self, seed: int = 0) -> dict:
         """Seeded data inputs and labels (class indices in range for cross entropy)."""

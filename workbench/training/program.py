@@ -34,6 +34,7 @@ class TrainingProgram:
     loss_kind: str = "output"
     classes: int = 0                           # cross entropy: the size of axis 1
     forward: onnx.ModelProto = None            # the folded forward pass, parameters as inputs
+    output: str = None                         # the model output the loss reads
     optimizer: OptimizerSettings = None
 
 
@@ -103,7 +104,8 @@ def build_training(model: onnx.ModelProto, loss: str = "output", output: str = N
     grads = add_backward(e, list(graph.node) + e.nodes, loss_name, chosen)
     program = TrainingProgram(model, "loss", chosen, {}, {}, labels=labels, masks=masks,
                               data=data, loss_kind=loss, optimizer=optimizer,
-                              classes=classes, forward=forward)
+                              classes=classes, forward=forward,
+                              output=output)
     outs = [_rename(e, loss_name, "loss")]
     if optimizer is None:
         for p in chosen:
