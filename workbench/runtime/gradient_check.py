@@ -7,7 +7,10 @@ A random direction over millions of parameters is nearly orthogonal to the
 gradient, so its derivative drowns in float32 rounding. Each direction is
 the program's gradient with every element scaled by a random factor in
 [0, 2] (a fresh factor per element and direction) plus a random component:
-an element with the wrong sign or size changes the derivative. The step is
+an element with the wrong sign or size changes the derivative. Directions
+over all parameters at once are dominated by the largest gradients, so
+each parameter tensor (up to ``per_tensor``, spread over the model) also
+gets a direction of its own. The step is
 chosen so the loss moves by about 1e-3 of itself, and two steps (h, h/2)
 are combined by Richardson extrapolation, which cancels the h^2 error.
 """
@@ -17,11 +20,12 @@ import numpy as np
 
 from workbench.importer.pieces import copy_model
 
-DEFAULT_RTOL = 1e-3   # float32 differences of a float32 loss, extrapolated
+DEFAULT_RTOL = 5e-3   # float32 differences of a float32 loss: 10x the worst seen on right rules
 
 
 @dataclass
 class DirectionCheck:
+    along: str           # "all parameters" or one parameter's name
     analytic: float
     numeric: float
     rel_err: float
@@ -53,8 +57,8 @@ class GradientReport:
         lines = [f"{self.model}: loss {self.loss} = {self.loss_value:.7g} (onnxruntime "
                  f"{self.reference_loss:.7g}); gradient of {self.params} parameters "
                  f"({self.elements:,} values) along {len(self.directions)} directions:"]
-        for i, d in enumerate(self.directions):
-            lines.append(f"  direction {i}: program {d.analytic:.7g}, central differences "
+        for d in self.directions:
+            lines.append(f"  {d.along}: program {d.analytic:.7g}, central differences "
                          f"{d.numeric:.7g}, relative error {d.rel_err:.2e}")
         lines.append(f"worst relative error {self.worst:.2e} (rtol {self.rtol:g}): "
                      f"{'match' if self.match else 'MISMATCH'}")
@@ -105,7 +109,8 @@ def _loss(kind, y, labels) -> float:
 
 
 def check_gradients(tr, batch: dict, directions: int = 4, seed: int = 0,
-                    rtol: float = DEFAULT_RTOL, reference_model=None) -> GradientReport:
+                    rtol: float = DEFAULT_RTOL, reference_model=None,
+                    per_tensor: int = 24) -> GradientReport:
     """``tr``: a TrainingSession built without an optimizer. ``reference_model``:
     the user's model with its input shapes fixed (default: the one the session's
     program was built from)."""
@@ -122,20 +127,33 @@ def check_gradients(tr, batch: dict, directions: int = 4, seed: int = 0,
                             elements=int(sum(v.size for v in theta.values())))
     rng = np.random.default_rng(seed)
     grads = {p: np.asarray(got[p], np.float64) for p in prog.params}
-    norm = np.sqrt(sum(float((g * g).sum()) for g in grads.values()))
     scale_l = max(abs(report.reference_loss), 1e-3)
-    for _ in range(directions):
-        u = {p: g * rng.uniform(0.0, 2.0, g.shape) + rng.standard_normal(g.shape) * (
-            norm / np.sqrt(max(report.elements, 1)) * 0.5) for p, g in grads.items()}
-        analytic = sum(float((grads[p] * u[p]).sum()) for p in grads)
-        h = 1e-3 * scale_l / max(abs(analytic), 1e-12)
 
-        def central(step):
-            plus = loss_at({p: theta[p] + step * u[p] for p in theta}, data)
-            minus = loss_at({p: theta[p] - step * u[p] for p in theta}, data)
-            return (plus - minus) / (2 * step)
-        coarse, fine = central(h), central(h / 2)
-        numeric = (4 * fine - coarse) / 3
-        err = abs(analytic - numeric) / max(abs(numeric), 1e-12)
-        report.directions.append(DirectionCheck(analytic, numeric, err))
+    def central(u, step):
+        plus = loss_at({p: theta[p] + step * u.get(p, 0) for p in theta}, data)
+        minus = loss_at({p: theta[p] - step * u.get(p, 0) for p in theta}, data)
+        return (plus - minus) / (2 * step)
+
+    def check(along, names):
+        norm = np.sqrt(sum(float((grads[p] ** 2).sum()) for p in names))
+        size = sum(grads[p].size for p in names)
+        u = {p: grads[p] * rng.uniform(0.0, 2.0, grads[p].shape) + rng.standard_normal(
+            grads[p].shape) * (norm / np.sqrt(max(size, 1)) * 0.5) for p in names}
+        analytic = sum(float((grads[p] * u[p]).sum()) for p in names)
+        if norm == 0.0:   # the loss does not depend on these: the differences must say 0
+            u = {p: rng.standard_normal(grads[p].shape) for p in names}
+            h = 1e-3
+        else:
+            h = 1e-3 * scale_l / max(abs(analytic), 1e-12)
+        numeric = (4 * central(u, h / 2) - central(u, h)) / 3
+        err = abs(analytic - numeric) / max(abs(numeric), abs(analytic), 1e-6 * scale_l)
+        report.directions.append(DirectionCheck(along, analytic, numeric, err))
+
+    for _ in range(directions):
+        check("all parameters", list(grads))
+    names = list(prog.params)
+    if len(names) > per_tensor:   # spread over the model: first, last and between
+        names = [names[i] for i in np.linspace(0, len(names) - 1, per_tensor).astype(int)]
+    for p in names:
+        check(p, [p])
     return report
