@@ -12,7 +12,22 @@ def register(sub):
                         "$WORKBENCH_SESSIONS; Session.save writes one too); one this "
                         "workbench did not write is loaded only after you accept it in a "
                         "dialog")
+    p.add_argument("--train", action="store_true",
+                   help="open the model's training program (forward, loss, backward, update; "
+                        "backward operators grouped under their forward scopes)")
+    p.add_argument("--loss", default=None, help="with --train: mse, cross_entropy or output")
+    p.add_argument("--optimizer", default="sgd", help="with --train: sgd or adamw")
     p.set_defaults(run=run)
+
+
+def training_program(model, loss, optimizer, progress):
+    """The training program of ``model`` written as an ONNX file (the window opens it
+    as it opens any model, so autosave, replicas and verification work on it)."""
+    import workbench
+    from workbench.cli.verify import default_loss
+    ws = workbench.open(model, progress=progress)
+    tr = ws.training(loss=loss or default_loss(ws), optimizer=optimizer)
+    return tr.save_program()
 
 
 def run(args, progress) -> int:
@@ -25,6 +40,11 @@ def run(args, progress) -> int:
     model = args.model or DEFAULT_MODEL
     if not session:
         workbench.resolve_model(model)   # an unknown name fails here, with exit code 2
+    if args.train:
+        if session:
+            raise workbench.BadInputError("--train opens a model's training program; leave "
+                                          "out --session.")
+        model = str(training_program(model, args.loss, args.optimizer, progress))
     if not has_display():
         sys.stderr.write("error: no display (set DISPLAY or WAYLAND_DISPLAY); use "
                          "`app.py screenshot` to render the window offscreen.\n")

@@ -15,13 +15,28 @@ from PyQt5.QtWidgets import QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem
 
 from gui.graph_model import human_bytes
 from gui.qtapp import ui_font
+from workbench.training.naming import training_role
 
 FILL = {"access": "#ffffff", "tasklet": "#fff7d6", "mapentry": "#dce9f7", "mapexit": "#dce9f7",
         "onnx": "#e6f2e1", "library": "#efe4f5", "nsdfg": "#f4f4f4", "group": "#e3ecf8",
         "other": "#eeeeee"}
+# a training program's operators, told apart from the forward pass (workbench.training.naming)
+ROLE_FILL = {"backward": "#fbe0d0", "loss": "#f6d3d8", "update": "#f3e7c4"}
 SELECTED = QColor("#1f6fd1")
 TEXT_LOD = 0.3   # below this scale text would be unreadable: nodes draw as plain shapes
 HIGHLIGHT = QColor("#f08c00")
+
+
+def default_fill(g) -> str:
+    """The kind's colour; operators of a training program's backward pass, loss and
+    update (and groups of them) in their own."""
+    if g.kind in ("onnx", "library", "group", "tasklet", "mapentry", "mapexit"):
+        name = (g.subtitle if g.kind == "onnx" else
+                "/" + "/".join(g.scope) + "/x" if g.kind == "group" and g.scope else g.operator)
+        role = training_role(name)
+        if role in ROLE_FILL:
+            return ROLE_FILL[role]
+    return FILL.get(g.kind, "#eeeeee")
 
 
 def title_font():
@@ -78,7 +93,7 @@ class NodeItem(QGraphicsItem):
         w, h = gnode.size
         self.rect = QRectF(-w / 2, -h / 2, w, h)
         self.path = node_path(gnode.kind, self.rect)
-        self.fill = QColor(FILL.get(gnode.kind, "#eeeeee"))
+        self.fill = QColor(default_fill(gnode))
         self.highlighted = False
         self.time_text = ""   # a group's summed measured time
         self.setPos(center[0], center[1])
@@ -103,7 +118,7 @@ class NodeItem(QGraphicsItem):
         return self.path
 
     def set_fill(self, color) -> None:
-        self.fill = QColor(color) if color else QColor(FILL.get(self.gnode.kind, "#eeeeee"))
+        self.fill = QColor(color) if color else QColor(default_fill(self.gnode))
         self.update()
 
     def set_highlighted(self, on: bool) -> None:

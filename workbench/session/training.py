@@ -43,6 +43,19 @@ class TrainingSession(Session):
         self.reference_source = None   # the user's model (fixed shapes) it was built from
         self._rng = np.random.default_rng(0)
 
+    def save_program(self, path=None):
+        """Write the training program as an ONNX model (parameters, state and
+        hyper-parameters as inputs) and return its path; the window opens it like
+        any model. Default: ``<cache>/training/<name>.onnx``."""
+        import onnx
+        from pathlib import Path
+        from workbench.build.settings import cache_dir
+        path = Path(path) if path else cache_dir() / "training" / f"{self.name}.onnx"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        big = self.program.model.ByteSize() > 1_500_000_000
+        onnx.save(self.program.model, str(path), save_as_external_data=big)
+        return path
+
     @property
     def parameters(self) -> dict:
         return {p: self.state[p] for p in self.program.params}

@@ -6,6 +6,7 @@ from collections import defaultdict
 import numpy as np
 
 from workbench.errors import UnsupportedOpError
+from workbench.training.naming import BACKWARD, backward_scope
 from workbench.training.rules import RULES, GradCall
 
 # inputs that carry shapes, indices, masks or fixed statistics: no gradient flows there
@@ -63,6 +64,7 @@ def add_backward(emitter, nodes, loss: str, wrt) -> dict:
     path = check_rules(e, nodes, loss, wrt)
     reach = reached_from(e, nodes, wrt)
     grads = defaultdict(list)
+    e.scope = f"/{BACKWARD}"
     grads[loss].append(e.const(np.ones(e.shape(loss), dtype=e.np_dtype(loss)), name="dloss"))
     for node in reversed(path):
         dys = [_total(e, grads, y) if y else None for y in node.output]
@@ -72,11 +74,15 @@ def add_backward(emitter, nodes, loss: str, wrt) -> dict:
                  for i, x in enumerate(node.input)]
         if not any(wants):
             continue
+        e.scope = backward_scope(node.name or node.output[0])
         results = RULES[node.op_type](GradCall(e, node, dys, wants))
         for i, grad in enumerate(results):
             if grad is not None and i < len(wants) and wants[i]:
                 grads[node.input[i]].append(grad)
-    return {w: (_total(e, grads, w) or e.zeros(w)) for w in wrt}
+    e.scope = f"/{BACKWARD}"
+    totals = {w: (_total(e, grads, w) or e.zeros(w)) for w in wrt}
+    e.scope = ""
+    return totals
 
 
 def _total(e, grads, name):

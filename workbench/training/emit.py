@@ -28,10 +28,12 @@ class Emitter:
             self._used.update(node.output)
             self._used.add(node.name)
         self._constants = {}
+        self.scope = ""   # the name scope new nodes go in (see ``naming``)
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
 
     def fresh(self, base: str) -> str:
-        base = base.replace("/", "_").strip("_") or "t"
+        if not base.startswith("/"):   # tensor names; node names keep their scope path
+            base = base.replace("/", "_").strip("_") or "t"
         name, i = base, 1
         while name in self._used:
             name, i = f"{base}_{i}", i + 1
@@ -59,8 +61,9 @@ class Emitter:
         given. Returns the output name (a list when ``outputs`` > 1)."""
         base = name or f"grad_{op_type}"
         outs = [self.fresh(base) for _ in range(outputs)]
-        node = helper.make_node(op_type, list(inputs), outs, name=self.fresh(base + "_node"),
-                                domain=domain, **attrs)
+        node_name = self.fresh(f"{self.scope}/{op_type}" if self.scope else base + "_node")
+        node = helper.make_node(op_type, list(inputs), outs, name=node_name, domain=domain,
+                                **attrs)
         self.nodes.append(node)
         if like is not None:
             elem_type = elem_type if elem_type is not None else self.types[like][0]

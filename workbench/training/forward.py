@@ -11,6 +11,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from workbench.errors import BadInputError
+from workbench.training.naming import forward_scope
 
 LOSSES = ("mse", "cross_entropy", "output")
 
@@ -38,6 +39,7 @@ def _attr(node, name, default):
 
 def _batch_statistics(e, node, updates):
     start = len(e.nodes)
+    e.scope = forward_scope(node.name)
     x, scale, bias, running_mean, running_var = node.input[:5]
     shape = e.shape(x)
     eps, momentum = float(_attr(node, "epsilon", 1e-5)), float(_attr(node, "momentum", 0.9))
@@ -63,6 +65,7 @@ def _batch_statistics(e, node, updates):
             updates[stat] = e.add(e.mul(e.reshape(stat, e.shape(stat)), keep), e.mul(flat, take))
     written = e.nodes[start:]
     del e.nodes[start:]
+    e.scope = ""
     return written
 
 
@@ -76,6 +79,7 @@ def _masked(e, node, masks):
     ratio = float(e.constant_value(node.input[1])) if len(node.input) > 1 and node.input[1] \
         else float(_attr(node, "ratio", 0.5))
     start = len(e.nodes)
+    e.scope = forward_scope(node.name)
     mask = e.fresh(f"{node.output[0]}_keep")
     e.types[mask] = (e.elem_type(x), e.shape(x))
     masks.append((mask, e.shape(x), ratio))
@@ -84,6 +88,7 @@ def _masked(e, node, masks):
                                     [node.output[0]], name=e.fresh(f"{node.name}_train")))
     written = e.nodes[start:]
     del e.nodes[start:]
+    e.scope = ""
     return written
 
 

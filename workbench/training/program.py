@@ -14,6 +14,7 @@ from workbench.importer.pieces import copy_model
 from workbench.training.backward import add_backward, differentiable
 from workbench.training.emit import Emitter
 from workbench.training.forward import add_loss, training_forward
+from workbench.training.naming import LOSS, OPTIMIZER
 from workbench.training.optimizers import OptimizerSettings, add_update
 
 MIN_OPSET = 13   # axes as inputs, Softmax over one axis: what the rules write
@@ -99,6 +100,7 @@ def build_training(model: onnx.ModelProto, loss: str = "output", output: str = N
     nodes, buffers, masks = training_forward(e, list(graph.node), batchnorm, dropout)
     del graph.node[:]
     graph.node.extend(nodes)
+    e.scope = LOSS
     loss_name, labels = add_loss(e, loss, output)
     classes = e.shape(output)[1] if loss == "cross_entropy" else 0
     grads = add_backward(e, list(graph.node) + e.nodes, loss_name, chosen)
@@ -106,12 +108,14 @@ def build_training(model: onnx.ModelProto, loss: str = "output", output: str = N
                               data=data, loss_kind=loss, optimizer=optimizer,
                               classes=classes, forward=forward,
                               output=output)
+    e.scope = ""
     outs = [_rename(e, loss_name, "loss")]
     if optimizer is None:
         for p in chosen:
             program.gradients[p] = _rename(e, grads[p], f"grad__{p}")
         outs += [program.gradients[p] for p in chosen]
     else:
+        e.scope = OPTIMIZER
         program.hyper, updates = add_update(e, optimizer, chosen, grads)
         for name, (nxt, initial) in updates.items():
             program.state[name] = initial
