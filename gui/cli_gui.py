@@ -1,6 +1,8 @@
 """``gui [MODEL] [--session FOLDER]``: open the desktop workbench."""
 import sys
 
+from workbench.cli.common import add_training_args, open_training
+
 
 def register(sub):
     p = sub.add_parser("gui", help="open the desktop workbench (needs a display)")
@@ -12,22 +14,15 @@ def register(sub):
                         "$WORKBENCH_SESSIONS; Session.save writes one too); one this "
                         "workbench did not write is loaded only after you accept it in a "
                         "dialog")
-    p.add_argument("--train", action="store_true",
-                   help="open the model's training program (forward, loss, backward, update; "
-                        "backward operators grouped under their forward scopes)")
-    p.add_argument("--loss", default=None, help="with --train: mse, cross_entropy or output")
-    p.add_argument("--optimizer", default="sgd", help="with --train: sgd or adamw")
+    add_training_args(p)
     p.set_defaults(run=run)
 
 
-def training_program(model, loss, optimizer, progress):
+def training_program(model, args, progress):
     """The training program of ``model`` written as an ONNX file (the window opens it
     as it opens any model, so autosave, replicas and verification work on it)."""
     import workbench
-    from workbench.cli.verify import default_loss
-    ws = workbench.open(model, progress=progress)
-    tr = ws.training(loss=loss or default_loss(ws), optimizer=optimizer)
-    return tr.save_program()
+    return open_training(args, workbench.open(model, progress=progress)).save_program()
 
 
 def run(args, progress) -> int:
@@ -44,7 +39,7 @@ def run(args, progress) -> int:
         if session:
             raise workbench.BadInputError("--train opens a model's training program; leave "
                                           "out --session.")
-        model = str(training_program(model, args.loss, args.optimizer, progress))
+        model = str(training_program(model, args, progress))
     if not has_display():
         sys.stderr.write("error: no display (set DISPLAY or WAYLAND_DISPLAY); use "
                          "`app.py screenshot` to render the window offscreen.\n")

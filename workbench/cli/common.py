@@ -154,6 +154,39 @@ def open_session(args, progress):
     return workbench.open(args.model, input_shapes=parse_shapes(args.shape), progress=progress)
 
 
+def add_training_args(parser, flag: bool = True):
+    """--train (when ``flag``), --loss, --optimizer, --lr for commands that can work on a
+    model's training program (workbench.training)."""
+    from workbench.training import LOSSES, OPTIMIZERS
+    group = parser.add_argument_group("training")
+    if flag:
+        group.add_argument("--train", action="store_true",
+                           help="work on the model's training program: forward pass, loss, "
+                                "backward pass and optimizer update in one SDFG")
+    group.add_argument("--loss", choices=LOSSES, help="default: 'output' for a model whose "
+                       "output has one element, else 'mse'")
+    group.add_argument("--optimizer", choices=OPTIMIZERS + ("none",), default="sgd",
+                       help="the update in the program (default sgd; none: the gradients "
+                            "are its outputs)")
+    group.add_argument("--lr", type=float, default=None,
+                       help="learning rate (default 0.01 for sgd, 0.001 for adamw)")
+    return group
+
+
+def default_loss(ws) -> str:
+    """'output' where the model's first output is one element, else 'mse'."""
+    first = ws.outputs[0]
+    return "output" if int(np.prod(first.shape)) == 1 else "mse"
+
+
+def open_training(args, ws, **options):
+    """The training session ``args`` describe over ``ws``."""
+    optimizer = None if args.optimizer == "none" else args.optimizer
+    lr = args.lr if args.lr is not None else (1e-3 if optimizer == "adamw" else 0.01)
+    return ws.training(loss=args.loss or default_loss(ws), optimizer=optimizer, lr=lr,
+                       **options)
+
+
 def emit_json(obj) -> None:
     sys.stdout.write(json.dumps(obj, default=_jsonable) + "\n")
     sys.stdout.flush()

@@ -1,11 +1,10 @@
 """``train MODEL``: build the training program and take steps, printing the loss."""
 import numpy as np
 
-from workbench.cli.common import (add_model_args, add_recipe_arg, apply_recipe, emit_json,
-                                  load_npz, open_session)
+from workbench.cli.common import (add_model_args, add_recipe_arg, add_training_args,
+                                  apply_recipe, emit_json, load_npz, open_session, open_training)
 from workbench.errors import BadInputError
 from workbench.session.signing import add_trust_arg, trusting
-from workbench.training import LOSSES, OPTIMIZERS
 
 
 def register(sub):
@@ -13,12 +12,8 @@ def register(sub):
                                      "backward, optimizer) and take steps")
     add_model_args(p)
     add_trust_arg(p)
-    p.add_argument("--loss", choices=LOSSES, help="default: 'output' for a model whose output "
-                   "has one element, else 'mse'")
+    add_training_args(p, flag=False)
     p.add_argument("--steps", type=int, default=10, metavar="N", help="steps to take (10)")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
-    p.add_argument("--lr", type=float, default=None,
-                   help="learning rate (default 0.01 for sgd, 0.001 for adamw)")
     p.add_argument("--weight-decay", type=float, default=None,
                    help="default 0.01 for adamw (PyTorch's), 0 for sgd")
     p.add_argument("--momentum", type=float, default=0.0, help="sgd momentum (0)")
@@ -35,16 +30,16 @@ def register(sub):
 
 
 def run(args, progress) -> int:
-    from workbench.cli.verify import default_loss
     if args.steps < 1:
         raise BadInputError("--steps takes a positive count.")
-    lr = args.lr if args.lr is not None else (0.01 if args.optimizer == "sgd" else 1e-3)
+    if args.optimizer == "none":
+        raise BadInputError("train takes steps: give --optimizer sgd or adamw.")
     data = load_npz(args.data, "--data") if args.data else None
     with trusting(args.trust):
         ws = open_session(args, progress)
-    tr = ws.training(loss=args.loss or default_loss(ws), optimizer=args.optimizer, lr=lr,
-                     params=args.params, weight_decay=args.weight_decay,
-                     momentum=args.momentum)
+    tr = open_training(args, ws, params=args.params, weight_decay=args.weight_decay,
+                       momentum=args.momentum)
+    lr = tr.program.optimizer.lr
     recipe = apply_recipe(tr, args, progress)
     batches = _batches(tr, data, args.batched)
     print(f"{tr.name}: {len(tr.program.params)} parameters "

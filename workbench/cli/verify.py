@@ -1,10 +1,9 @@
 """``verify MODEL``: build for the CPU (or a CUDA GPU), run, compare with onnxruntime."""
-from workbench.cli.common import (add_model_args, add_recipe_arg, apply_recipe, emit_json,
-                                  load_npz, open_session)
+from workbench.cli.common import (add_model_args, add_recipe_arg, add_training_args,
+                                  apply_recipe, emit_json, load_npz, open_session, open_training)
 from workbench.session.signing import add_trust_arg, trusting
 from workbench.errors import BadInputError
 from workbench.runtime.verify import DEFAULT_ATOL, DEFAULT_RTOL
-from workbench.training import LOSSES
 
 
 def register(sub):
@@ -23,15 +22,10 @@ def register(sub):
                    help="gpu: build with CUDA and run on the GPU (needs a CUDA device)")
     p.add_argument("--arch", metavar="sm_XX", help="CUDA architecture for --target gpu "
                    "(default: the device's own, e.g. sm_90 on an H100)")
-    train = p.add_argument_group("training (--train)")
-    train.add_argument("--train", action="store_true",
-                       help="check the training program: its gradients against directional "
-                            "derivatives by onnxruntime on the model, its outputs against "
-                            "onnxruntime running it")
-    train.add_argument("--loss", choices=LOSSES, help="default: 'output' for a model whose "
-                       "output has one element, else 'mse'")
+    train = add_training_args(p)
     train.add_argument("--directions", type=int, default=4, metavar="N",
-                       help="directional derivatives to check (default 4)")
+                       help="--train: directional derivatives over all parameters (default 4; "
+                            "each parameter tensor gets one of its own besides)")
     p.set_defaults(run=run)
 
 
@@ -71,7 +65,8 @@ def run_train(args, progress) -> int:
         raise BadInputError("--directions takes a positive count.")
     with trusting(args.trust):
         ws = open_session(args, progress)
-    tr = ws.training(loss=args.loss or default_loss(ws))
+    args.optimizer = "none"   # the gradients are what is checked
+    tr = open_training(args, ws)
     recipe = apply_recipe(tr, args, progress)
     batch = tr.batch_from(load_npz(args.inputs, "--inputs")) if args.inputs else \
         tr.random_batch()
@@ -89,13 +84,6 @@ def run_train(args, progress) -> int:
                                for o in report.outputs],
                    **({"recipe": recipe} if recipe else {})})
     return 0 if ok else 1
-
-
-def default_loss(ws) -> str:
-    """'output' where the model's first output is one element, else 'mse'."""
-    import numpy as np
-    first = ws.outputs[0]
-    return "output" if int(np.prod(first.shape)) == 1 else "mse"
 
 
 def _gpu_arch(args):

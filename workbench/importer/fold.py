@@ -6,7 +6,11 @@ Rules:
 3. With ``evaluate`` on, a node all of whose inputs are constants is
    evaluated (with ``onnx.reference``) and its outputs become initializers,
    unless it is non-deterministic, produces a graph output, or its result
-   exceeds ``max_elements``. The ONNX backend turns this off so that every
+   exceeds ``max_elements``, or it only broadcasts a few values into many
+   (Expand, Tile or ConstantOfShape making at least ``SPREAD`` times the
+   elements it reads, and more than ``SPREAD_MIN`` of them: the constant
+   would be read in full where the node writes it from a few values, as a
+   training program's zeros and loss seeds are). The ONNX backend turns this off so that every
    operator under test runs as compiled code. A ``DequantizeLinear`` is never
    folded here: a quantized model's weights stay the integers it stores (a
    quarter of float32's bytes), so that QLinearFusion can hand them to integer
@@ -151,7 +155,22 @@ def _try_fold(node, consts, static_shapes, opset, max_elements, evaluate):
         shape = static_shapes.get(out)
         if shape is not None and int(np.prod(shape)) > max_elements:
             return None
+    if op in SPREADING and _spreads(node, consts, static_shapes):
+        return None
     return _evaluate(node, consts, opset)
+
+
+SPREADING = {"Expand", "Tile", "ConstantOfShape"}
+SPREAD, SPREAD_MIN = 16, 4096
+
+
+def _spreads(node, consts, static_shapes) -> bool:
+    shape = static_shapes.get(node.output[0])
+    if shape is None:
+        return False
+    made = int(np.prod(shape))
+    read = 1 if node.op_type == "ConstantOfShape" else int(np.size(consts[node.input[0]]))
+    return made > SPREAD_MIN and made >= SPREAD * max(read, 1)
 
 
 def _constant_value(node):

@@ -244,6 +244,12 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
             ops.setdefault(node.onnx_name, node.op_type)
         return class_table(ops, self._imported_flops, self.data_movement().per_operator, runtime)
 
+    def memory(self, sdfg=None):
+        """Resident, allocated and peak-live bytes of the current step
+        (``workbench.analysis.memory``)."""
+        from workbench.analysis.memory import memory_figure
+        return memory_figure(sdfg if sdfg is not None else self.sdfg)
+
     def summary(self) -> dict:
         weights = self.model.weights
         return {
@@ -260,6 +266,7 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
                         for o in self.outputs],
             "import": dict(self.model.stats),
             "data_movement": self.data_movement().to_dict(),
+            "memory": self.memory().to_dict(),
             "classes": self.class_table(),
         }
 
