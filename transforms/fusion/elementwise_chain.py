@@ -8,7 +8,10 @@ tasklet and the chain reads its inputs and writes its outputs once.
 Rules:
 1. Members are element-wise operators (see ``program.py``: the table ops of
    ``elementwise.py``, Clip, Gelu, Mean, earlier fused nodes) of one float
-   dtype.
+   dtype, whose arrays and Views are row-major: the fused node reads and
+   writes plain arrays, so one stored or seen with other strides (a
+   transpose folded into its reader as a strided View, which the build may
+   turn into a strided array; ChannelsLast) keeps its operator unfused.
 2. A producer and an element-wise consumer of its output join one group
    when the consumer writes a tensor of the output's shape (a consumer that
    broadcasts it would recompute the producer per element).
@@ -19,10 +22,13 @@ Rules:
    output, read in another state or read by a non-member; the other
    intermediates disappear, and members read each other's values as locals.
 """
+import dace
+from dace.sdfg import nodes
 from dace.sdfg.utils import dfs_topological_sort
 
 from transforms.fusion import program as prog
 from transforms.graph import ident, node_text, shape_text
+from transforms.layout.views import is_row_major
 from workbench import nodeid
 from workbench.errors import TransformationError
 from workbench.ops.node import OnnxOp
@@ -30,7 +36,16 @@ from workbench.transformation_api import Refusal, Transformation, register
 
 
 def candidate(sdfg, state, node) -> bool:
-    return prog.is_elementwise(node) and prog.dtype_of(sdfg, state, node) is not None
+    return (prog.is_elementwise(node) and prog.dtype_of(sdfg, state, node) is not None
+            and not strided_arrays(sdfg, state, node))
+
+
+def strided_arrays(sdfg, state, node) -> list:
+    """Arrays and Views ``node`` reads or writes that are not row-major."""
+    touched = [e.src for e in state.in_edges(node)] + [e.dst for e in state.out_edges(node)]
+    return sorted({a.data for a in touched if isinstance(a, nodes.AccessNode)
+                   and isinstance(sdfg.arrays[a.data], dace.data.Array)
+                   and not is_row_major(sdfg.arrays[a.data])})
 
 
 def joins(sdfg, state, access, consumer, members) -> bool:
@@ -112,6 +127,11 @@ def _why_alone(sdfg, state, node) -> str:
     """Why ``node`` (element-wise) joins no group: the first rule its links break."""
     if prog.dtype_of(sdfg, state, node) is None:
         return f"{node.onnx_name}'s tensors are not all float32 or all float64"
+    strided = strided_arrays(sdfg, state, node)
+    if strided:
+        return (f"{node.onnx_name} reads or writes '{strided[0]}' stored with strides "
+                f"{tuple(sdfg.arrays[strided[0]].strides)}; a fused node takes row-major "
+                f"arrays only")
     # (producer, the array between, consumer) around the node, element-wise or not
     links = [(a.src, e.src, node) for e in state.in_edges(node) for a in state.in_edges(e.src)]
     links += [(node, e.dst, o.dst) for e in state.out_edges(node) for o in state.out_edges(e.dst)]

@@ -1,5 +1,7 @@
 """``bench MODEL``: workbench vs onnxruntime (and torch), interleaved medians."""
-from workbench.cli.common import add_model_args, add_recipe_arg, apply_recipe, emit_json, open_session
+from workbench.cli.common import (add_model_args, add_recipe_arg, add_training_args,
+                                  apply_recipe, emit_json, open_session, open_training)
+from workbench.errors import BadInputError
 from workbench.session.signing import add_trust_arg, trusting
 
 
@@ -47,16 +49,66 @@ def register(sub):
                         "workbench/runtime/speed_guard.py")
     p.add_argument("--busy", action="store_true",
                    help="with --zoo: time each model again with one competing busy process")
+    train = add_training_args(p)
+    train.add_argument("--torch-compile", action="store_true",
+                       help="with --train: also time the step under torch.compile")
     p.set_defaults(run=run)
+
+
+def run_train(args, progress) -> int:
+    """One training step against PyTorch eager (and torch.compile), interleaved."""
+    from workbench.runtime.training_bench import bench_training
+    if args.baseline or args.by_op or args.interactive or args.plot:
+        raise BadInputError("--train times the step against PyTorch: leave out --baseline, "
+                            "--by-op, --interactive and --plot.")
+    with trusting(args.trust):
+        ws = open_session(args, progress)
+    tr = open_training(args, ws)
+    recipe = apply_recipe(tr, args, progress)
+    tr.build()
+    baselines = ("torch", "torch.compile") if args.torch_compile else ("torch",)
+    runs, failed = [], {}
+    with progress.phase(f"bench {args.runs} x {args.repeat} interleaved training steps"):
+        for _ in range(args.runs):
+            result, failed = bench_training(tr, baselines, args.repeat, args.warmup,
+                                            args.threads, args.recipe or "")
+            runs.append(result)
+    ratios = sorted(r.median("workbench") / r.median("torch") for r in runs)
+    mid = ratios[len(ratios) // 2]
+    median = min(runs, key=lambda r: abs(r.median("workbench") / r.median("torch") - mid))
+    print(f"{tr.name}: one training step (loss {tr.program.loss_kind}, "
+          f"{tr.program.optimizer.kind if tr.program.optimizer else 'no optimizer'}; recipe "
+          f"{args.recipe or 'none'}; {args.threads} threads, {args.repeat} steps x "
+          f"{args.runs} run(s); the run with the median ratio)")
+    for who, samples in median.samples_ms.items():
+        print(f"  {who:<14} median {median.median(who):9.3f} ms  (min {min(samples):.3f}, "
+              f"max {max(samples):.3f})")
+    for who, why in failed.items():
+        print(f"  {who:<14} did not run: {why}")
+    print(f"  ratio workbench / torch eager: {mid:.3f} (median of {args.runs} run(s); range "
+          f"{ratios[0]:.3f}-{ratios[-1]:.3f})")
+    if args.json:
+        emit_json({"model": tr.name, "train": True, "recipe": args.recipe or "none",
+                   "ratio_vs_torch": round(mid, 4),
+                   "ratio_range": [round(ratios[0], 4), round(ratios[-1], 4)],
+                   "median_ms": {k: round(median.median(k), 4) for k in median.samples_ms},
+                   "failed": failed, "threads": args.threads, "repeat": args.repeat,
+                   **({"data_movement": recipe} if recipe else {})})
+    return 0
 
 
 def run(args, progress) -> int:
     from workbench.runtime.benchmark import bench, plot
-    from workbench.errors import BadInputError
     if args.repeat < 1 or args.threads < 1 or args.runs < 1:
         raise BadInputError("--repeat, --runs and --threads must be at least 1.")
     if args.zoo:
+        if args.train:
+            raise BadInputError("--train times one model's training step; leave out --zoo.")
         return run_zoo(args, progress)
+    if args.train:
+        if not args.model:
+            raise BadInputError("bench --train needs a MODEL.")
+        return run_train(args, progress)
     if args.by_op and (args.interactive or args.baseline or args.plot):
         raise BadInputError("--by-op profiles one model against onnxruntime: leave out "
                             "--interactive, --baseline and --plot.")

@@ -137,19 +137,28 @@ def bench(ws, baselines=("onnxruntime",), repeat: int = 30, warmup: int = 5, thr
     """``repeat`` timed calls per contender, in turns of ``BLOCK``, interleaved."""
     set_threads(threads)
     runners = contenders(ws, baselines, threads, ws.random_inputs())
+    result = BenchResult(ws.name, recipe or "none", repeat, threads)
+    result.samples_ms = interleave(runners, repeat, warmup)
+    return result
+
+
+def interleave(runners: dict, repeat: int, warmup: int) -> dict:
+    """name -> ``repeat`` call times (ms), every runner's turns of ``BLOCK`` calls in
+    rounds, each turn after a hand-over (the first runner is the workbench's)."""
     for run in runners.values():
         for _ in range(warmup):
             run()
-    result = BenchResult(ws.name, recipe or "none", repeat, threads, {k: [] for k in runners})
-    while len(result.samples_ms["workbench"]) < repeat:
-        calls = min(BLOCK, repeat - len(result.samples_ms["workbench"]))
+    samples = {k: [] for k in runners}
+    first = next(iter(runners))
+    while len(samples[first]) < repeat:
+        calls = min(BLOCK, repeat - len(samples[first]))
         for name, run in runners.items():
             handover(run)
             for _ in range(calls):
                 t = time.perf_counter()
                 run()
-                result.samples_ms[name].append((time.perf_counter() - t) * 1e3)
-    return result
+                samples[name].append((time.perf_counter() - t) * 1e3)
+    return samples
 
 
 def plot(result: BenchResult, per_operator: dict, path) -> None:

@@ -34,9 +34,38 @@ def window(c, spatial, kernel):
     return strides, dilations, pads
 
 
+def flipped_conv(e, dy, weights, spatial, dilations, pads, group, like):
+    """The gradient of a stride-1 Conv as a Conv again: dY correlated with the kernel
+    turned around and its channel axes swapped per group, padded so every input
+    position is reached. None where that needs a negative pad. A forward
+    convolution runs on the kernels the forward pass has (oneDNN's among them)."""
+    n = len(spatial)
+    ws = e.shape(weights)
+    kernel, out = ws[2:], e.shape(dy)[2:]
+    begin = [(kernel[i] - 1) * dilations[i] - pads[i] for i in range(n)]
+    end = [spatial[i] - out[i] + (kernel[i] - 1) * dilations[i] - begin[i] for i in range(n)]
+    if min(begin + end) < 0:
+        return None
+    big = np.iinfo(np.int64).max
+    flipped = e.op("Slice", [weights, e.ints([-1] * n), e.ints([-big] * n),
+                             e.ints(range(2, 2 + n)), e.ints([-1] * n)], like=weights)
+    per_out, per_in = ws[0] // group, ws[1]
+    grouped = e.reshape(flipped, (group, per_out, per_in) + tuple(kernel))
+    swapped = e.transpose(grouped, [0, 2, 1] + list(range(3, 3 + n)))
+    turned = e.reshape(swapped, (group * per_in, per_out) + tuple(kernel))
+    shape = (e.shape(dy)[0], e.shape(like)[1]) + tuple(spatial)
+    return e.op("Conv", [dy, turned], like=like, shape=shape, dilations=list(dilations),
+                pads=begin + end, group=group)
+
+
 def transpose_back(e, dy, weights, spatial, strides, dilations, pads, group, like):
-    """ConvTranspose of dy with ``weights`` onto an input of size ``spatial``: the
-    gradient of the Conv(x, weights) that made dy."""
+    """The gradient, onto an input of size ``spatial``, of the Conv(x, weights) that
+    made dy: a Conv with the kernel turned around where the stride is 1, else a
+    ConvTranspose of dy with ``weights``."""
+    if all(s == 1 for s in strides):
+        as_conv = flipped_conv(e, dy, weights, spatial, dilations, pads, group, like)
+        if as_conv is not None:
+            return as_conv
     n = len(spatial)
     kernel = e.shape(weights)[2:]
     out = e.shape(dy)[2:]
