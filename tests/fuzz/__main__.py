@@ -36,6 +36,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", action="store_true", help="fuzz random sequences of listed "
                    "transformation steps instead (tests/fuzz/steps.py)")
     p.add_argument("--models", help="--steps: comma-separated models (default: the zoo's)")
+    p.add_argument("--train", action="store_true", help="--steps: on each model's training "
+                   "program (default loss, SGD) instead of the model")
     p.add_argument("--out", help="--steps: folder for journals and failing recipes")
     p.add_argument("--no-bisect", action="store_true",
                    help="--steps: do not look for the shortest failing prefix")

@@ -117,6 +117,20 @@ def _build_and_verify(ws, journal, out: Path, task) -> None:
                  f"{worst.max_abs_err:.3g}, max rel err {worst.max_rel_err:.3g} {worst.problem}")
 
 
+TRAIN = "train:"   # a model name with this prefix fuzzes the model's training program
+
+
+def open_model(name: str):
+    """The session a task works on: the model, or (``train:MODEL``) its training
+    program with the default loss and an SGD update."""
+    import workbench
+    if not name.startswith(TRAIN):
+        return workbench.open(name)
+    from workbench.cli.common import default_loss
+    ws = workbench.open(name[len(TRAIN):])
+    return ws.training(loss=default_loss(ws), optimizer="sgd")
+
+
 def run_child(tasks: list, out: Path) -> None:
     """Run ``tasks`` (all of one model) in this process, journaling to ``out``."""
     import workbench
@@ -127,7 +141,7 @@ def run_child(tasks: list, out: Path) -> None:
             _journal(journal, event="start")
             if ws is None:
                 try:
-                    ws = workbench.open(task.model)
+                    ws = open_model(task.model)
                 except Exception as e:
                     _journal(journal, event=ERROR, message="open: " + _one_line(e))
                     continue

@@ -323,6 +323,9 @@ def describe(result: Outcome) -> str:
 def main(args) -> int:
     """``python -m tests.fuzz --steps`` (arguments parsed in tests/fuzz/__main__.py)."""
     names = models(args.models.split(",") if args.models else None)
+    if getattr(args, "train", False):
+        from tests.fuzz.step_child import TRAIN
+        names = [TRAIN + n for n in names]
     tasks = plan(names, args.count, args.seed)
     out = Path(args.out or tempfile.mkdtemp(prefix="fuzz-steps-"))
     t0 = time.perf_counter()
