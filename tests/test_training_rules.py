@@ -108,6 +108,18 @@ CASES = [
       "count_include_pad": 1}, 17),
     ("avg-pool-ceil", "AveragePool", {"x": f(1, 2, 6, 6)}, [(1, 2, 3, 3)],
      {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, 17),
+    ("conv-transpose", "ConvTranspose", {"x": f(2, 3, 3, 3), "w": f(3, 2, 2, 2), "b": f(2)},
+     [(2, 2, 6, 6)], {"strides": [2, 2]}, 17),
+    ("conv-transpose-padded", "ConvTranspose", {"x": f(1, 4, 3, 4), "w": f(4, 3, 3, 3)},
+     [(1, 6, 6, 9)], {"strides": [2, 2], "pads": [1, 1, 1, 0], "output_padding": [1, 1],
+                      "group": 2}, 17),
+    ("resize-linear-corners", "Resize", {"x": f(1, 2, 3, 4), "r": np.zeros(0, np.float32),
+                                         "s": np.array([1, 1, 2, 2], np.float32)},
+     [(1, 2, 6, 8)], {"mode": "linear", "coordinate_transformation_mode": "align_corners"}, 17),
+    ("resize-nearest-sizes", "Resize", {"x": f(1, 2, 3, 4), "r": np.zeros(0, np.float32),
+                                        "sc": np.zeros(0, np.float32),
+                                        "z": i64(1, 2, 5, 9)},
+     [(1, 2, 5, 9)], {"mode": "nearest"}, 17),
     ("global-avg-pool", "GlobalAveragePool", {"x": f(2, 3, 4, 5)}, [(2, 3, 1, 1)], {}, 17),
 ]
 
@@ -120,7 +132,8 @@ FLOAT32_REFERENCE = {"Erf", "Gelu"}
 def test_rule_matches_central_differences(case):
     _, op, weights, outs, attrs, opset = case
     model = single_op_model(op, {}, weights, outs, opset=opset, **attrs)
-    params = [n for n, a in weights.items() if a.dtype == np.float64 and a.ndim > 0]
+    params = [n for n, a in weights.items() if a.dtype == np.float64 and a.ndim > 0
+              and (op != "Resize" or n == "x")]
     loose = op in FLOAT32_REFERENCE and attrs.get("approximate") != "tanh"
     check_gradients(model, {}, params=params, eps=1e-3 if loose else 1e-6,
                     rtol=1e-4 if loose else 1e-6)
@@ -142,10 +155,11 @@ def test_batch_norm_with_running_statistics():
 
 
 def test_an_op_without_a_rule_is_refused_by_name():
-    from workbench.errors import UnsupportedOpError
+    from workbench.errors import NoGradientRuleError
     model = single_op_model("Sin", {}, {"x": f(3, 4)}, [(3, 4)])
-    with pytest.raises(UnsupportedOpError, match="Sin"):
+    with pytest.raises(NoGradientRuleError, match="Sin: op") as err:
         check_gradients(model, {}, params=["x"])
+    assert "no gradient rule" in str(err.value) and "does not implement" not in str(err.value)
 
 
 def test_cross_entropy_loss_against_central_differences():

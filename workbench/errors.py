@@ -52,6 +52,22 @@ class UnsupportedOpError(BadInputError):
         super().__init__(msg)
 
 
+class NoGradientRuleError(UnsupportedOpError):
+    """Operators on the path from the parameters to the loss have no gradient rule
+    (``workbench/training/rules/``); ``missing`` as in UnsupportedOpError."""
+
+    def __init__(self, missing: dict):
+        self.missing = {k: list(v) for k, v in sorted(missing.items())}
+        lines = [f"  {op}: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''}"
+                 for op, names in self.missing.items()]
+        BadInputError.__init__(
+            self, f"a training program needs the gradient of {len(self.missing)} operator "
+                  f"type(s) that have no gradient rule:\n" + "\n".join(lines) +
+                  "\nTrain only parameters whose gradients do not pass through them (params=..., "
+                  "--params), or "
+                  "add a rule in workbench/training/rules/.")
+
+
 class UnsupportedCaseError(BadInputError):
     """An implemented op meets an attribute, dtype or shape it cannot handle."""
 

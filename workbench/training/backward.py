@@ -5,7 +5,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from workbench.errors import UnsupportedOpError
+from workbench.errors import NoGradientRuleError
 from workbench.training.naming import BACKWARD, backward_scope
 from workbench.training.rules import RULES, GradCall
 
@@ -51,9 +51,7 @@ def check_rules(emitter, nodes, loss: str, wrt) -> list:
         if node.op_type not in RULES or node.domain not in ("", "ai.onnx"):
             missing[node.op_type].append(node.name or node.output[0])
     if missing:
-        raise UnsupportedOpError(missing, "These operators have no gradient rule, so the "
-                                          "workbench cannot build a training program through "
-                                          "them (workbench/training/rules/).")
+        raise NoGradientRuleError(missing)
     return path
 
 

@@ -66,9 +66,13 @@ def pick_params(model: onnx.ModelProto, params, output: str) -> list:
                                 f"model; its parameters are: {', '.join(candidates[:20])}"
                                 f"{' ...' if len(candidates) > 20 else ''}")
         chosen = list(params)
+    if not chosen and params is None:
+        raise BadInputError("the model has no float parameters its loss depends on (no float "
+                            "initializer of more than one element that a gradient reaches; a "
+                            "quantized model keeps its weights as integers): nothing to train.")
     if not chosen:
-        raise BadInputError(f"no parameter matches {params!r}; the model's float initializers "
-                            f"are: {', '.join(candidates[:20]) or 'none'}")
+        raise BadInputError(f"no parameter matches {params!r}; the model's parameters are: "
+                            f"{', '.join(candidates[:20]) or 'none'}")
     return chosen
 
 

@@ -199,3 +199,113 @@ def global_average_pool(c):
 def _zero(elem_type):
     from onnx import helper
     return helper.make_tensor("zero", elem_type, [1], [0])
+
+
+@rule("ConvTranspose")
+def conv_transpose(c):
+    """A ConvTranspose is the adjoint of the Conv with its weights, strides, pads and
+    dilations: dX is that Conv of dY; dW correlates dY with the input as a Conv
+    (batch and channels swapped), per group."""
+    e, x, w, dy = c.e, c.x(0), c.x(1), c.dy()
+    xs, ws, ys = c.shape(x), c.shape(w), c.shape(dy)
+    n = len(xs) - 2
+    kernel = ws[2:]
+    if c.attr("output_shape") or (c.attr("auto_pad", "NOTSET") or "NOTSET") != "NOTSET":
+        raise c.fail("output_shape or auto_pad (give explicit pads)")
+    strides = list(c.attr("strides") or [1] * n)
+    dilations = list(c.attr("dilations") or [1] * n)
+    pads = list(c.attr("pads") or [0] * (2 * n))
+    group = int(c.attr("group", 1))
+    grads = [None, None, None]
+    if c.wants(2):
+        grads[2] = e.reshape(e.reduce_sum(dy, [0] + list(range(2, 2 + n)), keepdims=False),
+                             c.shape(c.x(2)))
+    if c.wants(0):
+        grads[0] = e.op("Conv", [dy, w], like=x, shape=xs, strides=strides, dilations=dilations,
+                        pads=pads, group=group)
+    if c.wants(1):
+        batch, per_out = xs[0], ws[1]
+        # input: (Co/G, G*N, *O), channel g*N + n holding dy[n, g*Co/G + co]
+        split = e.reshape(dy, (batch, group, per_out) + tuple(ys[2:]))
+        dyt = e.reshape(e.transpose(split, [2, 1, 0] + list(range(3, 3 + n))),
+                        (per_out, group * batch) + tuple(ys[2:]))
+        xt = e.transpose(x, [1, 0] + list(range(2, 2 + n)))        # (Ci, N, *I)
+        ends = [max(0, (kernel[i] - 1) * dilations[i] + (xs[2 + i] - 1) * strides[i] + 1
+                    - ys[2 + i] - pads[i]) for i in range(n)]
+        reach = [(ys[2 + i] + pads[i] + ends[i] - (xs[2 + i] - 1) * strides[i] - 1)
+                 // dilations[i] + 1 for i in range(n)]
+        full = e.op("Conv", [dyt, xt], like=w, shape=(per_out, xs[1]) + tuple(reach),
+                    strides=dilations, dilations=strides, pads=pads[:n] + ends, group=group)
+        if tuple(reach) != tuple(kernel):
+            full = e.op("Slice", [full, e.ints([0] * n), e.ints(kernel),
+                                  e.ints(range(2, 2 + n))], like=w,
+                        shape=(per_out, xs[1]) + tuple(kernel))
+        grads[1] = e.transpose(full, [1, 0] + list(range(2, 2 + n)))
+    return grads
+
+
+@rule("Resize")
+def resize(c):
+    """Every Resize mode is linear in X and separable by axis: dX is dY multiplied
+    along each resized axis by the transpose of that axis's interpolation matrix,
+    which the reference implementation computes at build time from a basis."""
+    e, x, dy = c.e, c.x(0), c.dy()
+    xs, ys = c.shape(x), c.shape(dy)
+    if c.attr("antialias", 0):
+        raise c.fail("antialias (not separable as written here)")
+    grad = dy
+    for axis in [a for a in range(len(xs)) if xs[a] != ys[a]]:
+        matrix = _interpolation_matrix(c, axis)            # (out, in)
+        rank = len(xs)
+        last = [a for a in range(rank) if a != axis] + [axis]
+        moved = e.transpose(grad, last)
+        shape = list(e.shape(moved))
+        shape[-1] = xs[axis]
+        product = e.op("MatMul", [moved, e.const(matrix.astype(e.np_dtype(x)))], like=x,
+                       shape=shape)
+        grad = e.transpose(product, list(np.argsort(last)))
+    return [grad, None, None, None]
+
+
+def _interpolation_matrix(c, axis: int) -> np.ndarray:
+    """(out, in) weights of ``axis``: the node's Resize run on a basis of that axis."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+    e = c.e
+    xs, ys = c.shape(c.x(0)), c.shape(c.y())
+    size_in, size_out = xs[axis], ys[axis]
+    basis_shape = [1] * len(xs)
+    basis_shape[axis] = size_in
+    basis = np.eye(size_in).reshape([size_in] + basis_shape) if axis else None
+    if basis is None:
+        raise c.fail("resizing the batch axis")
+    inputs = ["x", "", "", ""]
+    inits = []
+    scales = e.constant_value(c.x(2)) if c.x(2) else None
+    if scales is not None and np.size(scales):
+        one_axis = np.ones(len(xs) + 1, np.float32)
+        one_axis[axis + 1] = float(np.asarray(scales).reshape(-1)[axis])
+        inits.append(numpy_helper.from_array(one_axis, "scales"))
+        inputs[2] = "scales"
+    else:
+        sizes = np.array([size_in] + [1] * len(xs), np.int64)
+        sizes[axis + 1] = size_out
+        inits.append(numpy_helper.from_array(sizes, "sizes"))
+        inputs[3] = "sizes"
+    attrs = {a.name: helper.get_attribute_value(a) for a in c.node.attribute}
+    node = helper.make_node("Resize", inputs, ["y"], **attrs)
+    graph = helper.make_graph([node], "basis", [helper.make_tensor_value_info(
+        "x", onnx_double(), [size_in] + basis_shape)], [helper.make_tensor_value_info(
+            "y", onnx_double(), None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", max(e.opset, 13))])
+    out = ReferenceEvaluator(model).run(None, {"x": basis})[0]   # (in, ..., out at axis, ...)
+    return np.moveaxis(out.reshape(size_in, -1), 0, 1).reshape(size_out, size_in) \
+        if out.reshape(size_in, -1).shape[1] == size_out else _fail_shape(c)
+
+
+def onnx_double():
+    return TensorProto.DOUBLE
+
+
+def _fail_shape(c):
+    raise c.fail("the interpolation basis did not come out with the output's size")
