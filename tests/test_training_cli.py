@@ -68,3 +68,31 @@ def test_the_directional_check_catches_a_wrong_rule(monkeypatch):
     worst = max(report.directions, key=lambda d: d.rel_err)
     assert worst.along.startswith("conv1"), worst   # the first conv is below the leaking Relu
     monkeypatch.setitem(rules.RULES, "Relu", right)
+
+
+def test_an_exported_training_program_takes_the_sessions_steps(tmp_path):
+    """optimize --train exports a program whose run.py takes training steps from the
+    exported state: the same losses as the session's own steps on the same batch."""
+    import subprocess
+    import sys
+    rng = np.random.default_rng(1)
+    batch = {"input": rng.standard_normal((64, 784)).astype(np.float32),
+             "labels": rng.integers(0, 10, 64)}
+    np.savez(tmp_path / "batch.npz", **batch)
+    folder = tmp_path / "export"
+    proc = app("optimize", "mlp", "--train", "--loss", "cross_entropy", "--optimizer", "adamw",
+               "-o", str(folder))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (folder / "state.npz").is_file()
+    run = subprocess.run([sys.executable, "run.py", "--steps", "3", "--data",
+                          str(tmp_path / "batch.npz"), "--save", str(tmp_path / "p.npz")],
+                         cwd=folder, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    exported = [float(line.split()[-1]) for line in run.stdout.splitlines()
+                if line.startswith("step")]
+    tr = workbench.open("mlp").training(loss="cross_entropy", optimizer="adamw", lr=1e-3)
+    ours = [tr.step(tr.batch_from(batch)) for _ in range(3)]
+    np.testing.assert_allclose(exported, ours, rtol=1e-4)
+    with np.load(tmp_path / "p.npz") as params:
+        np.testing.assert_allclose(params["fc3.weight"], tr.parameters["fc3.weight"], rtol=1e-4,
+                                   atol=1e-6)

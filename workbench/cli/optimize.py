@@ -1,5 +1,6 @@
 """``optimize MODEL -o FOLDER``: apply a recipe and export a standalone program."""
-from workbench.cli.common import add_model_args, add_recipe_arg, apply_recipe, emit_json, open_session
+from workbench.cli.common import (add_model_args, add_recipe_arg, add_training_args,
+                                  apply_recipe, emit_json, open_session, open_training)
 from workbench.session.signing import add_trust_arg, trusting
 
 
@@ -11,12 +12,15 @@ def register(sub):
     add_recipe_arg(p)
     p.add_argument("--target", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("-o", "--output", required=True, metavar="FOLDER")
+    add_training_args(p)
     p.set_defaults(run=run)
 
 
 def run(args, progress) -> int:
     with trusting(args.trust):
         ws = open_session(args, progress)
+    if args.train:
+        ws = open_training(args, ws)
     recipe = apply_recipe(ws, args, progress)
     with progress.phase(f"export ({args.target})"):
         result = ws.export(args.output, target=args.target)

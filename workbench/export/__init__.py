@@ -45,6 +45,9 @@ def export_session(ws, folder, target: str = "cpu") -> dict:
         shutil.copy2(library, folder / "lib" / library.name)
         spec = _program_spec(ws, build, library.name)
         spec["dependencies"] = _copy_kernel_libraries(build, folder / "lib")
+        if hasattr(ws, "training_spec"):   # a training program: run.py --steps takes steps
+            spec["training"] = ws.training_spec()
+            np.savez(folder / "state.npz", **ws.state)
         atomic_write(folder / "program.json", json.dumps(spec, indent=1).encode())
         shutil.copy2(Path(__file__).with_name("runner.py"), folder / "run.py")
         inputs = ws.random_inputs(SEED)

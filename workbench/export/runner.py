@@ -5,6 +5,9 @@
     python run.py --check              compare with expected.npz (onnxruntime's
                                        outputs on inputs.npz, the seeded inputs, both
                                        saved at export)
+    python run.py --steps N [--data batch.npz] [--save params.npz]
+                                       a training program: N steps from state.npz,
+                                       the loss of each printed
 
 The compiled library (lib/) takes its arguments in the order program.json
 lists them; weights come from weights.npz. Exit code 1 when --check fails.
@@ -142,13 +145,68 @@ def seeded_inputs(specs, seed: int = 0) -> dict:
     return out
 
 
+def train(program, steps: int, data: dict = None, seed: int = 0) -> tuple:
+    """Take ``steps`` steps of an exported training program from its state.npz;
+    returns (losses, final state). Without ``data`` one seeded batch (labels in
+    range) is used for every step."""
+    spec = program.spec["training"]
+    rng = np.random.default_rng(seed)
+    with np.load(HERE / "state.npz", allow_pickle=False) as saved:
+        state = {k: np.array(saved[k]) for k in saved.files}
+    batch = dict(data or {})
+    if not data:
+        infos = {a["onnx_name"]: a for a in program.spec["arguments"] if a["role"] == "input"}
+        for name in spec["data"]:
+            a = infos[name]
+            batch[name] = seeded_inputs([(name, a["onnx_shape"], a["dtype"])], seed)[name]
+    labels = spec["labels"]
+    if labels and labels[0] not in batch:
+        if "labels" in batch:
+            batch[labels[0]] = batch.pop("labels")
+        elif spec["loss_kind"] == "cross_entropy":
+            batch[labels[0]] = rng.integers(0, spec["classes"], labels[1]).astype(np.int64)
+        else:
+            batch[labels[0]] = rng.standard_normal(labels[1]).astype(np.float32)
+    losses = []
+    for step in range(spec["steps_taken"] + 1, spec["steps_taken"] + steps + 1):
+        feeds = {**batch, **state}
+        for name, value in spec["hyper"].items():
+            feeds[name] = np.array(step if name == spec["step_input"] else value, np.float32)
+        for name, shape, ratio in spec["masks"]:
+            feeds[name] = (rng.random(shape) >= ratio).astype(np.float32)
+        out = program(feeds)
+        for name, output in spec["next_state"].items():
+            state[name] = out[output]
+        losses.append(float(np.asarray(out["loss"]).reshape(())))
+    return losses, state
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, help="a training program: take N steps")
+    parser.add_argument("--data", help="--steps: one batch (.npz of the model's inputs and "
+                        "'labels'); default a seeded random batch")
+    parser.add_argument("--save", help="--steps: write the trained parameters (.npz)")
     parser.add_argument("--inputs", help=".npz keyed by ONNX input names")
     parser.add_argument("--out", help="write the outputs to this .npz")
     parser.add_argument("--check", action="store_true", help="compare with expected.npz")
     args = parser.parse_args(argv)
     program = Program()
+    if args.steps is not None:
+        if "training" not in program.spec:
+            print("error: --steps needs a training program (optimize --train)", file=sys.stderr)
+            return 2
+        data = None
+        if args.data:
+            with np.load(args.data, allow_pickle=False) as saved:
+                data = {k: saved[k] for k in saved.files}
+        losses, state = train(program, args.steps, data)
+        program.close()
+        for i, loss in enumerate(losses, 1):
+            print(f"step {i:4d}  loss {loss:.6g}")
+        if args.save:
+            np.savez(args.save, **{p: state[p] for p in program.spec["training"]["params"]})
+        return 0 if losses and np.isfinite(losses[-1]) else 1
     if args.inputs:
         with np.load(args.inputs, allow_pickle=False) as data:
             inputs = {k: data[k] for k in data.files}

@@ -56,6 +56,19 @@ class TrainingSession(Session):
         onnx.save(self.program.model, str(path), save_as_external_data=big)
         return path
 
+    def training_spec(self) -> dict:
+        """What an exported program needs to take steps (``run.py --steps``): which
+        output feeds which state input next, the hyper-parameters, the labels and
+        the Dropout masks; the state itself goes to state.npz."""
+        prog = self.program
+        return {"next_state": dict(prog.next_state), "params": list(prog.params),
+                "hyper": {k: float(v) for k, v in prog.hyper.items()},
+                "step_input": next((k for k in prog.hyper if k.startswith("train_step")), None),
+                "labels": list(prog.labels[:1]) + [list(prog.labels[2])] if prog.labels else None,
+                "classes": prog.classes, "loss_kind": prog.loss_kind,
+                "masks": [[name, list(shape), ratio] for name, shape, ratio in prog.masks],
+                "data": list(prog.data), "steps_taken": self.steps_taken}
+
     @property
     def parameters(self) -> dict:
         return {p: self.state[p] for p in self.program.params}
