@@ -2,7 +2,6 @@
 file: ``verify --train``, ``train``, their exit codes; a wrong gradient rule
 is caught."""
 import numpy as np
-import pytest
 
 import workbench
 from tests.test_cli import app, assert_clean_error, last_json

@@ -3,7 +3,6 @@ reference evaluator runs both the training program and the shifted forward
 passes), on small shapes; the op's float inputs are the parameters."""
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from tests.training_helpers import check_gradients, single_op_model
 

@@ -53,8 +53,9 @@ class GradCall:
 
 
 def _load() -> None:
-    from workbench.training.rules import (elementwise, linear, normalization, pooling,  # noqa: F401
-                                          reduction, shaping)
+    # each module registers its rules when imported
+    from workbench.training.rules import (elementwise, linear, normalization,  # noqa: F401
+                                          pooling, reduction, shaping)
 
 
 _load()

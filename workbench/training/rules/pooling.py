@@ -72,7 +72,6 @@ def spread(e, dy, strides):
     """dy with stride - 1 zeros after each element along every spatial axis:
     (N, C, O1, O2) -> (N, C, O1 * s1, O2 * s2), by a Pad of a new axis per dim."""
     shape = e.shape(dy)
-    n = len(strides)
     split = list(shape[:2]) + [d for o in shape[2:] for d in (o, 1)]
     pads = [0] * len(split) * 2
     for i, s in enumerate(strides):
@@ -111,7 +110,7 @@ def transpose_back(e, dy, weights, spatial, strides, dilations, pads, group, lik
 @rule("Conv")
 def conv(c):
     e, x, w, dy = c.e, c.x(0), c.x(1), c.dy()
-    xs, ws, ys = c.shape(x), c.shape(w), c.shape(dy)
+    xs, ws = c.shape(x), c.shape(w)
     spatial, kernel = xs[2:], ws[2:]
     strides, dilations, pads = window(c, spatial, kernel)
     group = int(c.attr("group", 1))
@@ -130,16 +129,26 @@ def conv(c):
         xt = e.reshape(e.transpose(split, [2, 1, 0] + list(range(3, 3 + n))),
                        (per_group, group * batch) + tuple(spatial))
         kernel_t = e.transpose(dy, [1, 0] + list(range(2, 2 + n)))   # (Co, N, *O)
-        reach = [(spatial[i] + pads[i] + pads[n + i] - (ys[2 + i] - 1) * strides[i] - 1)
-                 // dilations[i] + 1 for i in range(n)]
-        full = e.op("Conv", [xt, kernel_t], like=w, shape=(per_group, ws[0]) + tuple(reach),
-                    strides=dilations, dilations=strides, pads=pads, group=group)
-        if tuple(reach) != tuple(kernel):
-            full = e.op("Slice", [full, e.ints([0] * n), e.ints(kernel),
-                                  e.ints(range(2, 2 + n))], like=w,
-                        shape=(per_group, ws[0]) + tuple(kernel))
-        grads[1] = e.transpose(full, [1, 0] + list(range(2, 2 + n)))
+        grads[1] = weight_correlation(e, xt, kernel_t, w, strides, dilations, pads, group)
     return grads
+
+
+def weight_correlation(e, signal, taps, w, strides, dilations, pads, group):
+    """A weight's gradient as a Conv: ``signal`` (A, G*N, *S) correlated with ``taps``
+    (B, N, *T), the forward pass's strides and dilations exchanged, cropped to the
+    kernel of ``w`` and turned from (A, B, *K) to (B, A, *K)."""
+    n = len(strides)
+    kernel = e.shape(w)[2:]
+    ss, ts = e.shape(signal)[2:], e.shape(taps)[2:]
+    reach = [(ss[i] + pads[i] + pads[n + i] - (ts[i] - 1) * strides[i] - 1) // dilations[i] + 1
+             for i in range(n)]
+    lead = (e.shape(signal)[0], e.shape(taps)[0])
+    full = e.op("Conv", [signal, taps], like=w, shape=lead + tuple(reach), strides=dilations,
+                dilations=strides, pads=list(pads), group=group)
+    if tuple(reach) != tuple(kernel):
+        full = e.op("Slice", [full, e.ints([0] * n), e.ints(kernel), e.ints(range(2, 2 + n))],
+                    like=w, shape=lead + tuple(kernel))
+    return e.transpose(full, [1, 0] + list(range(2, 2 + n)))
 
 
 @rule("MaxPool")
@@ -232,15 +241,8 @@ def conv_transpose(c):
         xt = e.transpose(x, [1, 0] + list(range(2, 2 + n)))        # (Ci, N, *I)
         ends = [max(0, (kernel[i] - 1) * dilations[i] + (xs[2 + i] - 1) * strides[i] + 1
                     - ys[2 + i] - pads[i]) for i in range(n)]
-        reach = [(ys[2 + i] + pads[i] + ends[i] - (xs[2 + i] - 1) * strides[i] - 1)
-                 // dilations[i] + 1 for i in range(n)]
-        full = e.op("Conv", [dyt, xt], like=w, shape=(per_out, xs[1]) + tuple(reach),
-                    strides=dilations, dilations=strides, pads=pads[:n] + ends, group=group)
-        if tuple(reach) != tuple(kernel):
-            full = e.op("Slice", [full, e.ints([0] * n), e.ints(kernel),
-                                  e.ints(range(2, 2 + n))], like=w,
-                        shape=(per_out, xs[1]) + tuple(kernel))
-        grads[1] = e.transpose(full, [1, 0] + list(range(2, 2 + n)))
+        grads[1] = weight_correlation(e, dyt, xt, w, strides, dilations, pads[:n] + ends,
+                                      group)
     return grads
 
 
