@@ -11,8 +11,11 @@ an element with the wrong sign or size changes the derivative. Directions
 over all parameters at once are dominated by the largest gradients, so
 each parameter tensor (up to ``per_tensor``, spread over the model) also
 gets a direction of its own. The step is
-chosen so the loss moves by about 1e-3 of itself, and two steps (h, h/2)
-are combined by Richardson extrapolation, which cancels the h^2 error.
+chosen so the loss moves by about 1e-3 of itself without moving the
+parameters by more than 1e-2 of their size; of three steps (h, h/4, h/16)
+the one whose estimates at h and h/2 agree best is taken, the two combined
+by Richardson extrapolation (cancelling the h^2 error). A derivative below
+what float32 differences of the loss can resolve is reported, not judged.
 """
 from dataclasses import dataclass, field
 
@@ -20,7 +23,9 @@ import numpy as np
 
 from workbench.importer.pieces import copy_model
 
-DEFAULT_RTOL = 5e-3   # float32 differences of a float32 loss: 10x the worst seen on right rules
+# float32 differences of a float32 loss through a deep network's kinks: U-Net's right
+# gradients came within 6e-3, a Relu rule leaking 10 % of its gradient is off by > 0.1
+DEFAULT_RTOL = 1e-2
 
 
 @dataclass
@@ -29,6 +34,7 @@ class DirectionCheck:
     analytic: float
     numeric: float
     rel_err: float
+    resolved: bool = True   # False: the derivative is below what float32 differences resolve
 
 
 @dataclass
@@ -47,6 +53,10 @@ class GradientReport:
         return max((d.rel_err for d in self.directions), default=0.0)
 
     @property
+    def unresolved(self) -> int:
+        return sum(not d.resolved for d in self.directions)
+
+    @property
     def match(self) -> bool:
         # a float32 sum over a whole batch's outputs rounds at about 1e-5 of itself
         loss_ok = abs(self.loss_value - self.reference_loss) <= self.rtol * max(
@@ -58,16 +68,20 @@ class GradientReport:
                  f"{self.reference_loss:.7g}); gradient of {self.params} parameters "
                  f"({self.elements:,} values) along {len(self.directions)} directions:"]
         for d in self.directions:
+            verdict = (f"relative error {d.rel_err:.2e}" if d.resolved else
+                       "below float32 resolution, not judged")
             lines.append(f"  {d.along}: program {d.analytic:.7g}, central differences "
-                         f"{d.numeric:.7g}, relative error {d.rel_err:.2e}")
-        lines.append(f"worst relative error {self.worst:.2e} (rtol {self.rtol:g}): "
-                     f"{'match' if self.match else 'MISMATCH'}")
+                         f"{d.numeric:.7g}, {verdict}")
+        lines.append(f"worst relative error {self.worst:.2e} (rtol {self.rtol:g}"
+                     f"{f'; {self.unresolved} direction(s) below resolution' if self.unresolved else ''}"
+                     f"): {'match' if self.match else 'MISMATCH'}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
         return {"model": self.model, "loss": self.loss, "loss_value": self.loss_value,
                 "reference_loss": self.reference_loss, "match": self.match,
                 "worst_rel_err": self.worst, "rtol": self.rtol, "params": self.params,
+                "unresolved": self.unresolved,
                 "elements": self.elements,
                 "directions": [d.__dict__ for d in self.directions]}
 
@@ -139,15 +153,30 @@ def check_gradients(tr, batch: dict, directions: int = 4, seed: int = 0,
         size = sum(grads[p].size for p in names)
         u = {p: grads[p] * rng.uniform(0.0, 2.0, grads[p].shape) + rng.standard_normal(
             grads[p].shape) * (norm / np.sqrt(max(size, 1)) * 0.5) for p in names}
-        analytic = sum(float((grads[p] * u[p]).sum()) for p in names)
         if norm == 0.0:   # the loss does not depend on these: the differences must say 0
             u = {p: rng.standard_normal(grads[p].shape) for p in names}
-            h = 1e-3
-        else:
-            h = 1e-3 * scale_l / max(abs(analytic), 1e-12)
-        numeric = (4 * central(u, h / 2) - central(u, h)) / 3
-        err = abs(analytic - numeric) / max(abs(numeric), abs(analytic), 1e-6 * scale_l)
-        report.directions.append(DirectionCheck(along, analytic, numeric, err))
+        analytic = sum(float((grads[p] * u[p]).sum()) for p in names)
+        u_norm = np.sqrt(sum(float((u[p] ** 2).sum()) for p in names))
+        theta_norm = np.sqrt(sum(float((theta[p] ** 2).sum()) for p in names))
+        # the loss moves by about 1e-3 of itself, but the parameters by at most 1e-2 of
+        # their size: a layer with a tiny gradient would otherwise be pushed far into
+        # the network's kinks (U-Net's deep layers: 20 % "errors" on right gradients)
+        h = 1e-3 * scale_l / max(abs(analytic), 1e-30)
+        h = min(h, 1e-2 * max(theta_norm, 1e-3) / max(u_norm, 1e-30))
+        best = None
+        for step in (h, h / 4, h / 16):   # the step whose two estimates agree best
+            coarse, fine = central(u, step), central(u, step / 2)
+            spread = abs(coarse - fine)
+            if best is None or spread < best[0]:
+                best = (spread, (4 * fine - coarse) / 3, step)
+        _, numeric, step = best
+        # float32 rounding of the loss (about 1e-7 of it) over the step: the smallest
+        # derivative these differences can tell from zero
+        noise = 1e-7 * scale_l / step
+        resolved = bool(abs(analytic) > 10 * noise or abs(numeric) > 10 * noise)
+        err = abs(analytic - numeric) / max(abs(numeric), abs(analytic), noise, 1e-6 * scale_l)
+        report.directions.append(DirectionCheck(along, float(analytic), float(numeric),
+                                                float(err) if resolved else 0.0, resolved))
 
     for _ in range(directions):
         check("all parameters", list(grads))
