@@ -154,6 +154,8 @@ def compose(sdfg, state, members) -> Program:
     for node in order:
         operands = {}
         for e in state.in_edges(node):
+            if e.data.is_empty():   # an ordering edge: ``replace`` carries it over
+                continue
             conn = e.dst_conn
             position = node.onnx_inputs.index(conn)
             if (conn, position) not in member_inputs(node):
@@ -212,6 +214,12 @@ def replace(sdfg, state, members, program: Program, node, extra_inputs=()) -> No
     for conn, access in program.outputs:
         state.add_edge(node, conn, access, None,
                        dace.Memlet.from_array(access.data, sdfg.arrays[access.data]))
+    # an edge that only orders (RecomputeInBackward's copies wait for the backward pass)
+    # keeps ordering the fused node
+    waits = {e.src for m in members for e in state.in_edges(m)
+             if e.data.is_empty() and e.src not in members and e.src not in program.internal}
+    for src in waits:
+        state.add_nedge(src, node, dace.Memlet())
     sources = {e.src for m in members for e in state.in_edges(m)}
     for member in members:
         state.remove_node(member)

@@ -1,3 +1,4 @@
 """Global level: the whole program's memory."""
 from transforms.global_ import (constant_folding, cse, dead_code, identity, inplace,  # noqa: F401
-                                persistent, state_fusion, transient_reuse)
+                                persistent, recompute, state_fusion,
+                                transient_reuse)

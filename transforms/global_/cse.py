@@ -11,6 +11,9 @@ Rules:
    readers still need it), used in the main state only.
 3. The duplicate's readers read the kept operator's outputs instead; the
    duplicate and its output arrays go.
+4. Ordering edges (empty memlets) count as inputs: a copy RecomputeInBackward
+   made to run in the backward pass waits on a backward value; merged with
+   the forward original it would undo that step.
 Bytes saved: everything the duplicate read and wrote.
 """
 from transforms.graph import access_nodes, ident, onnx_ops, rename_arrays
@@ -21,10 +24,11 @@ from workbench.transformation_api import Transformation, register
 
 
 def _key(state, node):
-    inputs = {e.dst_conn: id(e.src) for e in state.in_edges(node)}
+    inputs = {e.dst_conn: id(e.src) for e in state.in_edges(node) if not e.data.is_empty()}
+    waits = sorted(id(e.src) for e in state.in_edges(node) if e.data.is_empty())
     return (node.op_type, node.domain, node.opset, node.implementation, node.attrs_json,
             node.consts_json, tuple(node.onnx_outputs),
-            tuple(inputs.get(c) if c else None for c in node.onnx_inputs))
+            tuple(inputs.get(c) if c else None for c in node.onnx_inputs), tuple(waits))
 
 
 def _single_value(sdfg, state, node) -> bool:

@@ -9,12 +9,14 @@ Rules:
    allocates them for the call unless a transformation reuses buffers, so
    this is what the generated program holds.
 3. *Peak live*: resident plus the largest sum of transients whose lifetimes
-   overlap, in program order (states in order; nodes of a state in a
-   topological order; a transient lives from the first node that touches it
-   to the last). It is what an allocator that frees each buffer after its
-   last use would need for this order: the figure a recompute-or-keep choice
-   in a training program changes. A nested SDFG's transients live while its
-   node runs. Views alias their data and count nothing.
+   overlap, in program order (states in order; the nodes of a state in the
+   order the generated code runs them, DaCe's ``dfs_topological_sort``; a
+   transient lives from the first node that touches it to the end of its
+   last reader; the old figure ended it at its last access node, before
+   the readers ran, and so saw about one tensor live at a time). It is
+   what an allocator that frees each buffer after its last use would need
+   for this order: the figure a recompute-or-keep choice in a training
+   program changes. A nested SDFG's transients live while its node runs. Views alias their data and count nothing.
 """
 from dataclasses import dataclass
 
@@ -58,37 +60,65 @@ def memory_figure(sdfg: dace.SDFG) -> MemoryFigure:
                    if not d.transient and not isinstance(d, dt.View))
     allocated = sum(_bytes(d) for d in sdfg.arrays.values() if _transient(d)) + \
         _nested_bytes(sdfg)
-    first, last, extra = {}, {}, []
+    return MemoryFigure(int(resident), int(allocated), int(resident + live_spans(sdfg).peak()))
+
+
+@dataclass
+class LiveSpans:
+    """Each transient's lifetime in program order (steps), and the nested SDFGs'
+    transients as one-step spans: what ``peak`` sums."""
+    spans: dict          # array -> [first step, last step]
+    sizes: dict          # array -> bytes
+    extra: list          # (step, bytes) of nested SDFGs' transients
+    steps: int
+    position: dict       # node -> its step
+
+    def peak(self, changed: dict = None, added=()) -> int:
+        """The most transient bytes live at once; ``changed``: array -> (first, last)
+        replacing its span (None: the array goes), ``added``: (first, last, bytes)."""
+        changed = changed or {}
+        delta = [0] * (self.steps + 2)
+        spans = [(*changed.get(n, s), self.sizes[n]) for n, s in self.spans.items()
+                 if changed.get(n, s) is not None]
+        for first, last, size in spans + list(added) + [(a, a, b) for a, b in self.extra]:
+            delta[first] += size
+            delta[last + 1] -= size
+        live = peak = 0
+        for d in delta:
+            live += d
+            peak = max(peak, live)
+        return peak
+
+
+def live_spans(sdfg: dace.SDFG) -> LiveSpans:
+    first, last, extra, position, users = {}, {}, [], {}, []
     step = 0
     for state in sdfg.states():
-        for node in _topological(state):
+        for node in program_order(state):
+            position[node] = step
             if isinstance(node, nodes.AccessNode):
                 desc = sdfg.arrays.get(node.data)
                 if desc is not None and _transient(desc):
                     first.setdefault(node.data, step)
-                    last[node.data] = step
+                    users.append((node.data, state, node))
             elif isinstance(node, nodes.NestedSDFG):
                 extra.append((step, sum(_bytes(d) for d in node.sdfg.arrays.values()
                                         if _transient(d))))
             step += 1
-    change = [0] * (step + 2)
-    for name, start in first.items():
-        size = _bytes(sdfg.arrays[name])
-        change[start] += size
-        change[last[name] + 1] -= size
-    for at, size in extra:
-        change[at] += size
-        change[at + 1] -= size
-    live = peak = 0
-    for delta in change:
-        live += delta
-        peak = max(peak, live)
-    return MemoryFigure(int(resident), int(allocated), int(resident + peak))
+    for name, state, node in users:   # a buffer lives until its last reader is done
+        ends = [position[node]] + [position[_end(state, e.dst)] for e in state.out_edges(node)]
+        last[name] = max(last.get(name, 0), *ends)
+    return LiveSpans({n: (s, last[n]) for n, s in first.items()},
+                     {n: _bytes(sdfg.arrays[n]) for n in first}, extra, step, position)
 
 
-def _topological(state):
-    import networkx as nx
-    try:
-        return list(nx.topological_sort(state.nx))
-    except nx.NetworkXUnfeasible:   # a cycle cannot be in a valid state; keep the order given
-        return list(state.nodes())
+def _end(state, node):
+    """The node whose step ends ``node``'s work: a map's exit for its entry."""
+    return state.exit_node(node) if isinstance(node, nodes.EntryNode) else node
+
+
+def program_order(state) -> list:
+    """The nodes of ``state`` in the order the generated code runs them (DaCe's code
+    generator and the unit builds walk ``dfs_topological_sort``)."""
+    from dace.sdfg.utils import dfs_topological_sort
+    return list(dfs_topological_sort(state))
