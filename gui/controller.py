@@ -57,7 +57,7 @@ class Controller(ProgramRuns, QObject):
     built = pyqtSignal(object)          # workbench Build
     verified = pyqtSignal(object)       # verification report
     profiled = pyqtSignal(object)       # workbench Profile
-    analysed = pyqtSignal(object)       # (DataMovement, class table rows)
+    analysed = pyqtSignal(object)       # (DataMovement, class table rows, MemoryFigure)
     error = pyqtSignal(str, str)        # title, text
     buildFailed = pyqtSignal(object)    # the BuildError (CompileError: names the node)
     untrusted = pyqtSignal(str, str)    # session folder, why: ask before opening it

@@ -132,10 +132,18 @@ class ProfilePanel(QWidget):
         self.result.setText(text)
 
     def show_analysis(self, analysis):
-        movement, rows = analysis
+        movement, rows, memory = analysis
         self.movement.setText(f"Bytes moved {human_bytes(movement.moved_bytes)}, compulsory "
                               f"{human_bytes(movement.compulsory_bytes)}, ratio "
-                              f"<b>{movement.ratio:.2f}</b>")
+                              f"<b>{movement.ratio:.2f}</b>; memory: peak live "
+                              f"<b>{human_bytes(memory.peak_live_bytes)}</b>, allocated "
+                              f"{human_bytes(memory.allocated_bytes)} besides "
+                              f"{human_bytes(memory.resident_bytes)} resident")
+        self.movement.setToolTip("Peak live: the most bytes the program holds at once in the "
+                                 "order it runs (resident arrays plus the transients whose "
+                                 "lifetimes overlap); what RecomputeInBackward lowers in a "
+                                 "training step. Allocated: every transient buffer the "
+                                 "program allocates.")
         self.table.setRowCount(len(rows))
         for r, row in enumerate(rows):
             cells = [row["class"], str(row["operators"])] + [

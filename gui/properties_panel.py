@@ -108,9 +108,12 @@ def model_rows(ctl) -> list:
         rows.append((f"output {info.onnx_name}", f"{info.dtype}{list(info.shape)}"))
     if ctl.analysis is not None:
         mv = ctl.analysis[0]
+        memory = ctl.analysis[2]
         rows += [("bytes moved", human_bytes(mv.moved_bytes)),
                  ("compulsory bytes", human_bytes(mv.compulsory_bytes)),
-                 ("ratio", f"{mv.ratio:.3f}")]
+                 ("ratio", f"{mv.ratio:.3f}"),
+                 ("peak live memory", human_bytes(memory.peak_live_bytes)),
+                 ("allocated memory", human_bytes(memory.allocated_bytes))]
     return rows
 
 

@@ -285,5 +285,8 @@ def test_window_lists_in_the_worker_process(qtbot, window):
     assert sorted(map(repr, shown())) == sorted(map(repr, expected()))
     assert len(answered) == 2 and all(answered)
     assert w.ctl.analysis[0] == w.ctl.ws.data_movement()
+    # the memory figure comes with it and stands beside the bytes moved
+    assert w.ctl.analysis[2] == w.ctl.ws.memory()
+    assert "peak live" in w.profile.movement.text()
     w.ctl.shutdown()
     assert w.ctl.replica.proc is None

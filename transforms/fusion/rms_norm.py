@@ -25,10 +25,10 @@ import math
 from dataclasses import dataclass, field
 
 import dace
-from dace.sdfg import nodes as nd
 
 from transforms.fusion import program as prog
-from transforms.graph import in_array, shape_text, single_consumer, state_accesses
+from transforms.fusion.chains import between, inputs_of, next_op, other_input, reduced_axes
+from transforms.graph import in_array, shape_text
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.node import OnnxOp
 from workbench.ops.onepass import layernorm_onepass_supported
@@ -55,64 +55,21 @@ def _scalar(node, position):
     return number if math.isfinite(number) else None
 
 
-def _inputs(state, node) -> dict:
-    """ONNX input position -> the access node feeding it."""
-    return {node.onnx_inputs.index(e.dst_conn): e.src for e in state.in_edges(node)
-            if e.dst_conn in node.onnx_inputs}
-
-
-def _between(sdfg, state, access) -> bool:
-    """Rule 2 for a tensor between two operators of the chain."""
-    return (isinstance(access, nd.AccessNode) and state.in_degree(access) == 1
-            and single_consumer(sdfg, state, access)
-            and len(state_accesses(state, access.data)) == 1)
-
-
-def _next(sdfg, state, node, chain):
-    """The operator reading ``node``'s one output when that output is between them."""
-    outs = state.out_edges(node)
-    if len(outs) != 1 or not _between(sdfg, state, outs[0].dst):
-        return None
-    reader = state.out_edges(outs[0].dst)[0].dst
-    if not isinstance(reader, OnnxOp) or reader.domain not in ("", "ai.onnx"):
-        return None
-    chain.internal.append(outs[0].dst)
-    return reader
-
-
-def _other(state, node, access):
-    """(position, access node) of ``node``'s input that is not ``access``, or None."""
-    others = [(p, a) for p, a in _inputs(state, node).items() if a is not access]
-    return others[0] if len(others) == 1 and len(node.onnx_inputs) == 2 else None
-
-
 def _reduced_axis(mean, rank: int):
     """The first axis a ReduceMean reduces when it keeps dimensions and reduces the
     trailing ones, else None."""
-    attrs = {"keepdims": 1, **mean.attrs}
-    if attrs["keepdims"] != 1:
-        return None
-    if mean.opset >= 18:
-        axes = mean.consts.get(1)
-        if axes is None and len(mean.onnx_inputs) > 1 and mean.onnx_inputs[1]:
-            return None   # axes from a tensor not known at import
-        axes = None if axes is None else [int(a) for a in axes.reshape(-1)]
-        if not axes and attrs.get("noop_with_empty_axes", 0):
-            return None
-    else:
-        axes = attrs.get("axes")
-    axes = sorted({a % rank for a in axes}) if axes else list(range(rank))
-    return axes[0] if axes == list(range(axes[0], rank)) else None
+    axes = reduced_axes(mean, rank)
+    return axes[0] if axes and axes == list(range(axes[0], rank)) else None
 
 
 def chain_of(sdfg, state, mean):
     """The ``Chain`` starting at ``mean`` (rules 1-2), a ``Refusal``, or None when the
     ReduceMean reads no square (not an RMS norm at all)."""
     sq = in_array(state, mean, mean.onnx_inputs[0])
-    if not _between(sdfg, state, sq) or not isinstance(state.in_edges(sq)[0].src, OnnxOp):
+    if not between(sdfg, state, sq) or not isinstance(state.in_edges(sq)[0].src, OnnxOp):
         return None
     square = state.in_edges(sq)[0].src
-    feeds = _inputs(state, square)
+    feeds = inputs_of(state, square)
     if square.op_type == "Pow" and 0 in feeds and _scalar(square, 1) == 2.0:
         x = feeds[0]
     elif square.op_type == "Mul" and len(feeds) == 2 and feeds[0].data == feeds[1].data:
@@ -129,13 +86,13 @@ def chain_of(sdfg, state, mean):
         return Refusal(f"{name}: the mean does not keep dimensions or reduces other than the "
                        f"trailing axes of '{x.data}' {shape_text(shape)}")
     chain = Chain({"square": square, "mean": mean}, x, axis=axis, internal=[sq])
-    add = _next(sdfg, state, mean, chain)
-    other = add is not None and add.op_type == "Add" and _other(state, add, chain.internal[-1])
+    add = next_op(sdfg, state, mean, chain)
+    other = add is not None and add.op_type == "Add" and other_input(state, add, chain.internal[-1])
     if not other or _scalar(add, other[0]) is None or _scalar(add, other[0]) < 0:
         return Refusal(f"{name}: the mean is not followed by an Add of a constant epsilon "
                        f"that only it reads")
     chain.roles["add"], chain.epsilon = add, _scalar(add, other[0])
-    sqrt = _next(sdfg, state, add, chain)
+    sqrt = next_op(sdfg, state, add, chain)
     if sqrt is None or sqrt.op_type != "Sqrt":
         return Refusal(f"{name}: mean + epsilon is not followed by a Sqrt only it feeds")
     chain.roles["sqrt"] = sqrt
@@ -148,12 +105,12 @@ def chain_of(sdfg, state, mean):
 
 def _normalize(sdfg, state, sqrt, chain):
     """The operator that writes x / root (Mul or Div), in ``chain``, or None."""
-    node = _next(sdfg, state, sqrt, chain)
+    node = next_op(sdfg, state, sqrt, chain)
     root = chain.internal[-1]
     if node is None:
         return None
     if node.op_type == "Div":
-        feeds = _inputs(state, node)
+        feeds = inputs_of(state, node)
         if feeds.get(1) is root and feeds.get(0) is not None and feeds[0].data == chain.x.data:
             chain.roles["normalize"] = node
             return node
@@ -162,8 +119,8 @@ def _normalize(sdfg, state, sqrt, chain):
     elif node.op_type != "Reciprocal":
         return None
     chain.roles["inverse"] = node
-    mul = _next(sdfg, state, node, chain)
-    other = mul is not None and mul.op_type == "Mul" and _other(state, mul, chain.internal[-1])
+    mul = next_op(sdfg, state, node, chain)
+    other = mul is not None and mul.op_type == "Mul" and other_input(state, mul, chain.internal[-1])
     if not other or other[1].data != chain.x.data:
         return None
     chain.roles["normalize"] = mul
@@ -172,8 +129,8 @@ def _normalize(sdfg, state, sqrt, chain):
 
 def _scaled(sdfg, state, normalized, chain, name):
     shape = tuple(sdfg.arrays[chain.x.data].shape)
-    mul = _next(sdfg, state, normalized, chain)
-    other = mul is not None and mul.op_type == "Mul" and _other(state, mul, chain.internal[-1])
+    mul = next_op(sdfg, state, normalized, chain)
+    other = mul is not None and mul.op_type == "Mul" and other_input(state, mul, chain.internal[-1])
     if not other:
         return Refusal(f"{name}: no Mul by a scale reads the normalized rows alone")
     scale, out = other[1], state.out_edges(mul)[0].dst

@@ -134,7 +134,8 @@ def list_and_predict(ws, nodes=None, job=None, lock=None, wanted=lambda: (), req
 
 
 def analyse(ws, runtime=None, lock=None, request=None, replica=None):
-    """``(data movement, operator-class table)`` of the session's current step, from
+    """``(data movement, operator-class table, memory figure)`` of the session's current
+    step, from
     the worker process when ``request`` and ``replica`` say so (rule 1), else (or
     when it fails) measured here. ``runtime``: measured milliseconds per operator
     for the class table."""
@@ -145,4 +146,4 @@ def analyse(ws, runtime=None, lock=None, request=None, replica=None):
         except ReplicaFailed as e:
             log.warning("the listing worker failed, analysing in this process: %s", e)
     with lock:
-        return ws.data_movement(), ws.class_table(runtime=runtime)
+        return ws.data_movement(), ws.class_table(runtime=runtime), ws.memory()

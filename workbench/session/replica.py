@@ -124,8 +124,9 @@ class Replica:
             self._end(rid)
 
     def analysis(self, spec_, state_, runtime: dict = None):
-        """``(data movement, operator-class table)`` of the step ``state_`` names, as
-        ``Session.data_movement()`` and ``Session.class_table(runtime)`` give them."""
+        """``(data movement, operator-class table, memory figure)`` of the step ``state_``
+        names, as ``Session.data_movement()``, ``Session.class_table(runtime)`` and
+        ``Session.memory()`` give them."""
         rid = self._begin(spec_, "analyse", state_, runtime)
         try:
             while True:

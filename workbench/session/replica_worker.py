@@ -74,7 +74,8 @@ class _Worker:
         try:
             self._reach(state_)
             ws = self._session()
-            self._answer("analysed", rid, (ws.data_movement(), ws.class_table(runtime=runtime)))
+            self._answer("analysed", rid, (ws.data_movement(), ws.class_table(runtime=runtime),
+                                              ws.memory()))
         except Exception as e:
             self._answer("failed", rid, f"{type(e).__name__}: {e}")
 
