@@ -1,6 +1,7 @@
 """Training fusions: Softmax's backward pass, with the Dropout mask before it, as
-one row kernel (SoftmaxBackwardFusion), checked against onnxruntime running the
-unfused training program, and against the unfused gradients."""
+one row kernel (SoftmaxBackwardFusion), and LayerNorm's input gradient as one
+(LayerNormBackwardFusion), checked against onnxruntime running the unfused
+training program, and against the unfused gradients."""
 import numpy as np
 import onnx
 import pytest
@@ -10,6 +11,7 @@ import workbench
 from workbench import transformation_api as transform
 
 NAME = "SoftmaxBackwardFusion"
+LAYERNORM = "LayerNormBackwardFusion"
 
 
 def _attention_with_dropout(axis: int = -1) -> onnx.ModelProto:
@@ -35,8 +37,8 @@ def _attention_with_dropout(axis: int = -1) -> onnx.ModelProto:
     return model
 
 
-def _fuse(tr) -> list:
-    found = transform.find_matches(transform.get(NAME), tr.sdfg)
+def _fuse(tr, name=NAME) -> list:
+    found = transform.find_matches(transform.get(name), tr.sdfg)
     for match in found:
         tr.apply(match)
     return found
@@ -61,11 +63,19 @@ def test_the_fused_gradients_equal_the_unfused_ones():
     tr = workbench.open("bert-layer").training(loss="mse")
     batch = tr.random_batch(seed=2)
     expected = tr.gradients(batch)
+    before = tr.data_movement().moved_bytes
     assert len(_fuse(tr)) == 1
+    assert len(_fuse(tr, LAYERNORM)) == 2   # after the attention and after the MLP
+    kernels = [getattr(n, "op_type", "") for n, _ in tr.sdfg.all_nodes_recursive()]
+    assert kernels.count("SoftmaxGrad") == 1 and kernels.count("LayerNormGrad") == 2
+    # each LayerNorm gradient no longer writes and reads back 5 tensors of 128 x 768
+    assert tr.data_movement().moved_bytes < before - 2 * 5 * 2 * 128 * 768 * 4
     got = tr.gradients(batch)
     scale = max(float(np.abs(g).max()) for g in expected.values() if np.ndim(g))
     for name in tr.program.params:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-4, atol=1e-4 * scale)
+    report = tr.verify()
+    assert report.match, report.text()
 
 
 def test_refusals_say_why():

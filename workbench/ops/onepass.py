@@ -144,7 +144,7 @@ def softmax_view(shape, axis: int, opset: int) -> tuple:
     return math.prod(shape[:axis]), math.prod(shape[axis:]), 1  # coerced to 2-D at axis
 
 
-def _row_map(outer: int, inner: int):
+def row_map(outer: int, inner: int):
     """Map ranges over rows (size-1 ones left out) and the row subset's outer/inner index."""
     ranges = {p: f"0:{n}" for p, n in (("o", outer), ("i", inner)) if n > 1} or {"o": "0:1"}
     return ranges, ("o" if "o" in ranges else "0"), ("i" if "i" in ranges else "0")
@@ -165,7 +165,7 @@ def softmax_onepass(call):
         return softmax(call)
     outer, n, inner = view
     sdfg, state = connector_sdfg(call, f"{call.op_type.lower()}_onepass", {x: view, y: view})
-    ranges, o, i = _row_map(outer, inner)
+    ranges, o, i = row_map(outer, inner)
     code = softmax_row(call.op_type, dtype.ctype, n, "x", "y", inner)
     tasklet, entry, _ = mapped_tasklet(
         state, "row", ranges, {"x": dace.Memlet(f"{x}[{o}, 0:{n}, {i}]")}, code,
@@ -175,7 +175,7 @@ def softmax_onepass(call):
     return sdfg
 
 
-def _suffix_size(param_shape, row_shape):
+def suffix_size(param_shape, row_shape):
     """Size of a parameter that broadcasts against the row as a contiguous suffix, else None."""
     dims = list(param_shape)
     while dims and dims[0] == 1:
@@ -189,7 +189,7 @@ def layernorm_onepass_supported(x_shape, dtype, axis: int, param_shapes) -> bool
     axis = axis + len(x_shape) if axis < 0 else axis
     row = x_shape[axis:]
     return (dtype in FLOAT_TYPES and 0 not in x_shape and math.prod(row) > 1
-            and all(_suffix_size(s, row) is not None for s in param_shapes))
+            and all(suffix_size(s, row) is not None for s in param_shapes))
 
 
 @implements("LayerNormalization", impl="onepass")
@@ -201,12 +201,12 @@ def layer_norm_onepass(call):
         return layer_norm(call)
     axis = call.attr("axis", -1) % len(shape)
     rows, n = math.prod(shape[:axis]), math.prod(shape[axis:])
-    sizes = {c: _suffix_size(call.shape(c), shape[axis:]) for c in (scale, bias) if c}
+    sizes = {c: suffix_size(call.shape(c), shape[axis:]) for c in (scale, bias) if c}
     stats = {"mean_": call.output(1), "inv_": call.output(2)}  # local -> output
     views = {x: (rows, n), y: (rows, n), **{c: (max(s, 1),) for c, s in sizes.items()},
              **{c: (rows,) for c in stats.values() if c}}
     sdfg, state = connector_sdfg(call, "layernorm_onepass", views)
-    ranges, r, _ = _row_map(rows, 1)
+    ranges, r, _ = row_map(rows, 1)
     inputs = {"x": dace.Memlet(f"{x}[{r}, 0:{n}]")}
     outputs = {"y": dace.Memlet(f"{y}[{r}, 0:{n}]")}
     index = {}
@@ -238,10 +238,10 @@ def rms_norm_onepass(call):
         return rms_norm(call)
     axis = call.attr("axis", -1) % len(shape)
     rows, n = math.prod(shape[:axis]), math.prod(shape[axis:])
-    size = _suffix_size(call.shape(scale), shape[axis:])
+    size = suffix_size(call.shape(scale), shape[axis:])
     sdfg, state = connector_sdfg(call, "rmsnorm_onepass",
                                  {x: (rows, n), y: (rows, n), scale: (max(size, 1),)})
-    ranges, r, _ = _row_map(rows, 1)
+    ranges, r, _ = row_map(rows, 1)
     # a one-element scale is a scalar connector in C++
     index = "scale[j_]" if size == n else ("scale" if size <= 1 else f"scale[j_ % {size}]")
     code = RMSNORM.format(T=dtype.ctype, n=n, eps=repr(float(call.attr("epsilon", 1e-5))),

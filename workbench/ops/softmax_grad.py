@@ -19,7 +19,7 @@ import math
 
 import dace
 
-from workbench.ops.onepass import _row_map, softmax_view
+from workbench.ops.onepass import row_map, softmax_view
 from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
 
 OP_TYPE = "SoftmaxGrad"
@@ -53,7 +53,7 @@ def softmax_grad(call):
     sdfg, state = connector_sdfg(call, "softmax_grad",
                                  {g: view, y: view, dx: view,
                                   **{c: (view if rows[c] else (1,)) for c in factors}})
-    ranges, o, i = _row_map(outer, inner)
+    ranges, o, i = row_map(outer, inner)
     row = f"[{o}, 0:{n}, {i}]"
     inputs = {"g": dace.Memlet(f"{g}{row}"), "y": dace.Memlet(f"{y}{row}")}
     local = {}
