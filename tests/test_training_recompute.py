@@ -22,8 +22,9 @@ def _recompute(tr) -> list:
 
 def test_a_buffer_lives_until_its_last_reader_ran():
     # a = relu(x); b = -a; c = exp(b); y = a + c: at exp, a and b are live; then a and c
-    model = _model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"]),
-                    helper.make_node("Exp", ["b"], ["c"]), helper.make_node("Add", ["a", "c"], ["y"])],
+    chain = [("Relu", ["x"], "a"), ("Neg", ["a"], "b"), ("Exp", ["b"], "c"),
+             ("Add", ["a", "c"], "y")]
+    model = _model([helper.make_node(op, ins, [out]) for op, ins, out in chain],
                    {"x": [256, 256]}, {"y": [256, 256]})
     ws = workbench.open(model)
     size = 256 * 256 * 4

@@ -1,5 +1,6 @@
 """Walking a chain of operators that a fusion turns into one kernel: the operators
 are joined by tensors written once and read only by the next one."""
+import dace
 from dace.sdfg import nodes as nd
 
 from transforms.graph import single_consumer, state_accesses
@@ -56,3 +57,30 @@ def reduced_axes(node, rank: int):
     else:
         axes = attrs.get("axes")
     return sorted({a % rank for a in axes}) if axes else list(range(rank))
+
+
+def replace_chain(sdfg, state, members: list, internal: list, fused, inputs: list,
+                  outputs: list) -> None:
+    """Put the operator ``fused`` in place of ``members``: ``inputs``/``outputs`` are
+    (connector, access node) pairs, ``internal`` the access nodes between members
+    (removed with their arrays). An ordering edge into a member (RecomputeInBackward's
+    wait for the backward pass) now orders ``fused``."""
+    state.add_node(fused)
+    for conn, access in inputs:
+        state.add_edge(access, None, fused, conn,
+                       dace.Memlet.from_array(access.data, sdfg.arrays[access.data]))
+    for conn, access in outputs:
+        state.add_edge(fused, conn, access, None,
+                       dace.Memlet.from_array(access.data, sdfg.arrays[access.data]))
+    waits = {e.src for m in members for e in state.in_edges(m) if e.data.is_empty()}
+    for src in waits - set(internal) - set(members):
+        state.add_nedge(src, fused, dace.Memlet())
+    sources = {e.src for m in members for e in state.in_edges(m)} - set(internal)
+    for member in members:
+        state.remove_node(member)
+    for access in internal:
+        state.remove_node(access)
+        sdfg.remove_data(access.data)
+    for access in sources:   # an inlined constant nothing reads any more
+        if access in state.nodes() and state.degree(access) == 0:
+            state.remove_node(access)

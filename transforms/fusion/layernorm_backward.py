@@ -27,10 +27,8 @@ Rules:
 import math
 from dataclasses import dataclass, field
 
-import dace
-
 from transforms.fusion import program as prog
-from transforms.fusion.chains import inputs_of, reduced_axes
+from transforms.fusion.chains import inputs_of, reduced_axes, replace_chain
 from transforms.graph import state_accesses
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.layernorm_grad import DOMAIN, OP_TYPE
@@ -198,22 +196,6 @@ class LayerNormBackwardFusion(OperatorTransformation):
                        onnx_name=name, opset=node.opset,
                        attrs={"axis": chain.axis, "c1": chain.c1, "c2": chain.c2},
                        onnx_inputs=["dy", "xhat", "scale", "inv_std"], onnx_outputs=["dx"])
-        state.add_node(fused)
-        for conn in fused.onnx_inputs:
-            access = chain.arrays[conn]
-            state.add_edge(access, None, fused, conn,
-                           dace.Memlet.from_array(access.data, sdfg.arrays[access.data]))
-        out = chain.arrays["dx"]
-        state.add_edge(fused, "dx", out, None, dace.Memlet.from_array(out.data, sdfg.arrays[out.data]))
-        waits = {e.src for m in members for e in state.in_edges(m) if e.data.is_empty()}
-        for src in waits - set(chain.internal):
-            state.add_nedge(src, fused, dace.Memlet())
-        sources = {e.src for m in members for e in state.in_edges(m)} - set(chain.internal)
-        for member in members:
-            state.remove_node(member)
-        for access in chain.internal:
-            state.remove_node(access)
-            sdfg.remove_data(access.data)
-        for access in sources:   # an inlined constant nothing reads any more
-            if access in state.nodes() and state.degree(access) == 0:
-                state.remove_node(access)
+        replace_chain(sdfg, state, members, chain.internal, fused,
+                      [(conn, chain.arrays[conn]) for conn in fused.onnx_inputs],
+                      [("dx", chain.arrays["dx"])])

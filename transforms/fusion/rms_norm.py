@@ -24,10 +24,10 @@ Rules:
 import math
 from dataclasses import dataclass, field
 
-import dace
 
 from transforms.fusion import program as prog
-from transforms.fusion.chains import between, inputs_of, next_op, other_input, reduced_axes
+from transforms.fusion.chains import (between, inputs_of, next_op, other_input, reduced_axes,
+                                      replace_chain)
 from transforms.graph import in_array, shape_text
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.node import OnnxOp
@@ -86,13 +86,13 @@ def chain_of(sdfg, state, mean):
         return Refusal(f"{name}: the mean does not keep dimensions or reduces other than the "
                        f"trailing axes of '{x.data}' {shape_text(shape)}")
     chain = Chain({"square": square, "mean": mean}, x, axis=axis, internal=[sq])
-    add = next_op(sdfg, state, mean, chain)
+    add = next_op(sdfg, state, mean, chain.internal)
     other = add is not None and add.op_type == "Add" and other_input(state, add, chain.internal[-1])
     if not other or _scalar(add, other[0]) is None or _scalar(add, other[0]) < 0:
         return Refusal(f"{name}: the mean is not followed by an Add of a constant epsilon "
                        f"that only it reads")
     chain.roles["add"], chain.epsilon = add, _scalar(add, other[0])
-    sqrt = next_op(sdfg, state, add, chain)
+    sqrt = next_op(sdfg, state, add, chain.internal)
     if sqrt is None or sqrt.op_type != "Sqrt":
         return Refusal(f"{name}: mean + epsilon is not followed by a Sqrt only it feeds")
     chain.roles["sqrt"] = sqrt
@@ -105,7 +105,7 @@ def chain_of(sdfg, state, mean):
 
 def _normalize(sdfg, state, sqrt, chain):
     """The operator that writes x / root (Mul or Div), in ``chain``, or None."""
-    node = next_op(sdfg, state, sqrt, chain)
+    node = next_op(sdfg, state, sqrt, chain.internal)
     root = chain.internal[-1]
     if node is None:
         return None
@@ -119,7 +119,7 @@ def _normalize(sdfg, state, sqrt, chain):
     elif node.op_type != "Reciprocal":
         return None
     chain.roles["inverse"] = node
-    mul = next_op(sdfg, state, node, chain)
+    mul = next_op(sdfg, state, node, chain.internal)
     other = mul is not None and mul.op_type == "Mul" and other_input(state, mul, chain.internal[-1])
     if not other or other[1].data != chain.x.data:
         return None
@@ -129,7 +129,7 @@ def _normalize(sdfg, state, sqrt, chain):
 
 def _scaled(sdfg, state, normalized, chain, name):
     shape = tuple(sdfg.arrays[chain.x.data].shape)
-    mul = next_op(sdfg, state, normalized, chain)
+    mul = next_op(sdfg, state, normalized, chain.internal)
     other = mul is not None and mul.op_type == "Mul" and other_input(state, mul, chain.internal[-1])
     if not other:
         return Refusal(f"{name}: no Mul by a scale reads the normalized rows alone")
@@ -174,18 +174,5 @@ class RMSNormFusion(OperatorTransformation):
                        attrs={"axis": chain.axis, "epsilon": chain.epsilon},
                        onnx_inputs=["X", "scale"], onnx_outputs=["Y"])
         fused.implementation = "onepass"
-        state.add_node(fused)
-        for conn, access in (("X", chain.x), ("scale", chain.scale)):
-            state.add_edge(access, None, fused, conn,
-                           dace.Memlet.from_array(access.data, sdfg.arrays[access.data]))
-        state.add_edge(fused, "Y", chain.out, None,
-                       dace.Memlet.from_array(chain.out.data, sdfg.arrays[chain.out.data]))
-        sources = {e.src for m in members for e in state.in_edges(m)} - set(chain.internal)
-        for member in members:
-            state.remove_node(member)
-        for access in chain.internal:
-            state.remove_node(access)
-            sdfg.remove_data(access.data)
-        for access in sources:   # an inlined constant nothing reads any more
-            if access in state.nodes() and state.degree(access) == 0:
-                state.remove_node(access)
+        replace_chain(sdfg, state, members, chain.internal, fused,
+                      [("X", chain.x), ("scale", chain.scale)], [("Y", chain.out)])

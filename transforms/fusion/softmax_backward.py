@@ -23,10 +23,9 @@ Rules:
 """
 from dataclasses import dataclass, field
 
-import dace
-
 from transforms.fusion import program as prog
-from transforms.fusion.chains import between, inputs_of, next_op, reduced_axes
+from transforms.fusion.chains import (between, inputs_of, next_op, reduced_axes,
+                                      replace_chain)
 from transforms.graph import in_array, shape_text, state_accesses
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.node import OnnxOp
@@ -156,21 +155,6 @@ class SoftmaxBackwardFusion(OperatorTransformation):
         fused = OnnxOp(prog.unique_label(state, name), op_type=OP_TYPE, domain=DOMAIN,
                        onnx_name=name, opset=members[0].opset, attrs={"axis": chain.axis},
                        onnx_inputs=["g", "y"] + factors, onnx_outputs=["dx"])
-        state.add_node(fused)
-        for conn, access in zip(["g", "y"] + factors, [chain.g, chain.y] + chain.factors):
-            state.add_edge(access, None, fused, conn,
-                           dace.Memlet.from_array(access.data, sdfg.arrays[access.data]))
-        state.add_edge(fused, "dx", chain.out, None,
-                       dace.Memlet.from_array(chain.out.data, sdfg.arrays[chain.out.data]))
-        waits = {e.src for m in members for e in state.in_edges(m) if e.data.is_empty()}
-        for src in waits - set(chain.internal):
-            state.add_nedge(src, fused, dace.Memlet())
-        sources = {e.src for m in members for e in state.in_edges(m)} - set(chain.internal)
-        for member in members:
-            state.remove_node(member)
-        for access in chain.internal:
-            state.remove_node(access)
-            sdfg.remove_data(access.data)
-        for access in sources:   # an inlined constant nothing reads any more
-            if access in state.nodes() and state.degree(access) == 0:
-                state.remove_node(access)
+        replace_chain(sdfg, state, members, chain.internal, fused,
+                      list(zip(["g", "y"] + factors, [chain.g, chain.y] + chain.factors)),
+                      [("dx", chain.out)])

@@ -12,11 +12,11 @@ Rules:
    overlap, in program order (states in order; the nodes of a state in the
    order the generated code runs them, DaCe's ``dfs_topological_sort``; a
    transient lives from the first node that touches it to the end of its
-   last reader; the old figure ended it at its last access node, before
-   the readers ran, and so saw about one tensor live at a time). It is
-   what an allocator that frees each buffer after its last use would need
-   for this order: the figure a recompute-or-keep choice in a training
-   program changes. A nested SDFG's transients live while its node runs. Views alias their data and count nothing.
+   last reader). It is what an allocator that frees each buffer after its
+   last use would need for this order: the figure a recompute-or-keep
+   choice in a training program changes. A nested SDFG's transients live
+   while its node runs. Views alias their data and count nothing (a View's
+   readers do not lengthen its array's life: an approximation).
 """
 from dataclasses import dataclass
 
