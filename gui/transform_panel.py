@@ -14,6 +14,8 @@ level tabs make the panel as wide as they are.
 Below the tabs, for a selection, a folded group "Not offered (N)" says why
 the other transformations refuse the selected nodes (``gui.refusal_list``).
 """
+import time
+
 from PyQt5.QtCore import QEvent, Qt
 from PyQt5.QtGui import QBrush, QColor, QFont
 from PyQt5.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QTabWidget, QTreeWidget,
@@ -35,6 +37,7 @@ def level_of(name: str) -> str:
 
 NO_CHANGE = "No change"   # the group of matches predicted to move the same bytes
 GROUP = Qt.UserRole + 1     # a group row's key: its transformation, or NO_CHANGE
+RESORT_ROWS, RESORT_S = 1000, 3.0   # a list this long is re-sorted this often while predicting
 
 
 def _group(item) -> str:
@@ -76,6 +79,7 @@ class TransformPanel(QWidget):
         self._row_match = {}           # id(match item) -> its match
         self._groups = {}              # level -> group key -> its row, kept between refreshes
         self._items = {}               # level -> match -> (its row, what its texts show)
+        self._sorted_at = {}           # level -> when its rows were last laid out in order
         self.scope = QLabel("")
         self.scope.setWordWrap(True)
         self.tabs = QTabWidget()
@@ -179,11 +183,19 @@ class TransformPanel(QWidget):
         Rows are kept between refreshes (by match, which compares without its
         prediction) and only moved: a rebuild created every row again, and on a
         training program's 4,243 matches each half-second refresh held the window
-        for up to 250 ms. A row's texts change only when its prediction or group did."""
+        for up to 250 ms. A row's texts change only when its prediction or group did.
+        A long list (over ``RESORT_ROWS``) that only gained predictions is re-sorted at
+        most every ``RESORT_S`` seconds until the last prediction; in between its rows
+        take their new figures where they stand."""
         shown = (self.predicted, tuple((id(m), m.delta_bytes) for m in found))
         if self._shown.get(level) == shown:
             return
         self._shown[level] = shown
+        if (not self.predicted and len(found) > RESORT_ROWS
+                and time.monotonic() - self._sorted_at.get(level, 0) < RESORT_S
+                and self._update_in_place(level, found)):
+            return
+        self._sorted_at[level] = time.monotonic()
         scroll = tree.verticalScrollBar().value()
         tree.setUpdatesEnabled(False)
         tree.blockSignals(True)
@@ -231,6 +243,22 @@ class TransformPanel(QWidget):
         tree.verticalScrollBar().setValue(scroll)
         tree.blockSignals(False)
         tree.setUpdatesEnabled(True)
+
+    def _update_in_place(self, level, found) -> bool:
+        """New predictions written into the rows where they stand; False when ``found``
+        holds a match the tree does not show (then it is laid out again)."""
+        items = self._items.get(level, {})
+        changed = []
+        for m in found:
+            kept = items.get(m)
+            if kept is None:
+                return False
+            if kept[1][1] != m.delta_bytes:
+                changed.append((m, kept))
+        for m, kept in changed:
+            items[m] = self._row(kept, m, kept[1][0])
+            self._row_match[id(kept[0])] = m
+        return True
 
     @staticmethod
     def _new_group(name, bold):
