@@ -53,7 +53,10 @@ SMALL = 16   # an input of at most 1/SMALL of X's bytes may live on until B
 
 
 def _mb(n: int) -> str:
-    return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
+    size = abs(n)
+    text = f"{size / 1e6:.2f} MB" if size >= 1e5 else (f"{size / 1e3:.1f} kB" if size >= 1e3
+                                                       else f"{size} B")
+    return ("-" if n < 0 else "") + text
 
 
 def _role(node) -> str:
@@ -239,8 +242,8 @@ class RecomputeInBackward(OperatorTransformation):
     def describe(self, node, plan):
         ops = len(plan.chain)
         return (f"recompute '{plan.x.data}' for the backward pass ({ops} operator"
-                f"{'s' if ops > 1 else ''}): peak live memory {_mb(plan.peak)} -> "
-                f"{_mb(plan.after)}")
+                f"{'s' if ops > 1 else ''}): peak live memory {_mb(plan.after - plan.peak)} "
+                f"({_mb(plan.peak)} -> {_mb(plan.after)})")
 
     def rewrite(self, sdfg, state, node, plan, weights=None):
         if not plan.readers:
