@@ -2,6 +2,7 @@
 file: ``verify --train``, ``train``, their exit codes; a wrong gradient rule
 is caught."""
 import numpy as np
+import pytest
 
 import workbench
 from tests.test_cli import app, assert_clean_error, last_json
@@ -95,3 +96,13 @@ def test_an_exported_training_program_takes_the_sessions_steps(tmp_path):
     with np.load(tmp_path / "p.npz") as params:
         np.testing.assert_allclose(params["fc3.weight"], tr.parameters["fc3.weight"], rtol=1e-4,
                                    atol=1e-6)
+
+
+def test_the_labels_input_takes_the_name_given():
+    tr = workbench.open("mlp").training(loss="cross_entropy", labels="targets")
+    assert tr.program.labels[0] == "targets"
+    batch = tr.random_batch(seed=0)
+    assert "targets" in batch
+    assert np.isfinite(tr.gradients(batch)["loss"])
+    with pytest.raises(workbench.BadInputError, match="labels names"):
+        workbench.open("mlp").training(loss="mse", labels="no such name")

@@ -82,3 +82,4 @@ def test_refusals_say_why():
     tr = workbench.open("bert-layer").training(loss="mse")
     reasons = {r.reason for r in transform.refusals(transform.get(NAME), tr.sdfg)}
     assert any("not over one axis" in r for r in reasons)
+

@@ -131,7 +131,7 @@ def check_gradients(tr, batch: dict, directions: int = 4, seed: int = 0,
     prog = tr.program
     got = tr.gradients(batch)
     model = reference_model if reference_model is not None else tr.reference_source
-    output = prog.forward.graph.output[0].name if prog.output is None else prog.output
+    output = prog.output
     labels = batch.get(prog.labels[0]) if prog.labels else None
     data = {k: v for k, v in batch.items() if k in prog.data}
     theta = {p: prog.state[p].astype(np.float64) for p in prog.params}

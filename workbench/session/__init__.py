@@ -53,7 +53,8 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
         pass, the ``loss`` ("mse", "cross_entropy" or "output"), the backward pass and
         the ``optimizer``'s update ("sgd", "adamw"; None: the gradients are outputs).
         ``params``: names, a name pattern, or None for every float initializer a
-        gradient reaches. See ``workbench.session.training``."""
+        gradient reaches. ``labels``: the name of the labels input (mse and cross
+        entropy; default "labels"). See ``workbench.session.training``."""
         from workbench.session.training import open_training
         return open_training(self, loss=loss, labels=labels, params=params,
                              optimizer=optimizer, lr=lr, progress=self.progress, **options)

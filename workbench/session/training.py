@@ -21,10 +21,10 @@ def open_training(ws, loss: str = "output", labels=None, params=None, optimizer:
         settings = OptimizerSettings(optimizer, lr, momentum, decay, tuple(betas), eps).check()
     with progress.phase("build the training program"):
         program = build_training(ws.model.reference_model, loss=loss, output=output, params=params,
-                                 optimizer=settings, batchnorm=batchnorm, dropout=dropout)
+                                 optimizer=settings, batchnorm=batchnorm, dropout=dropout,
+                                 labels=labels or "labels")
     imported = import_model(program.model, name=f"{ws.name}_train", progress=progress)
     session = TrainingSession(imported, program, progress)
-    session.labels = labels
     session.reference_source = ws.model.reference_model
     return session
 
@@ -39,7 +39,6 @@ class TrainingSession(Session):
         self.state = {k: np.array(v, copy=True) for k, v in program.state.items()}
         self.steps_taken = 0
         self.losses = []
-        self.labels = None
         self.reference_source = None   # the user's model (fixed shapes) it was built from
         self._rng = np.random.default_rng(0)
 

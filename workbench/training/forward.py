@@ -62,7 +62,7 @@ def _batch_statistics(e, node, updates):
         unbiased = e.mul(var, e.scalar(count / max(count - 1, 1), x))
         for stat, batch in ((running_mean, mean), (running_var, unbiased)):
             flat = e.reshape(batch, e.shape(stat))
-            updates[stat] = e.add(e.mul(e.reshape(stat, e.shape(stat)), keep), e.mul(flat, take))
+            updates[stat] = e.add(e.mul(stat, keep), e.mul(flat, take))
     written = e.nodes[start:]
     del e.nodes[start:]
     e.scope = ""

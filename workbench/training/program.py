@@ -78,11 +78,14 @@ def pick_params(model: onnx.ModelProto, params, output: str) -> list:
 
 def build_training(model: onnx.ModelProto, loss: str = "output", output: str = None,
                    params=None, optimizer: OptimizerSettings = None, batchnorm: str = "batch",
-                   dropout: bool = False) -> TrainingProgram:
+                   dropout: bool = False, labels: str = "labels") -> TrainingProgram:
     """``model``: the imported model with its input shapes fixed (not folded: folding
     would turn values computed from parameters, an embedding row picked by a
     constant index, into constants). The parameters become inputs first, then
     the importer's shape inference and folding run, so nothing they reach folds."""
+    if not isinstance(labels, str) or not labels.isidentifier():
+        raise BadInputError(f"labels names the program's labels input; {labels!r} is not a "
+                            f"name (letters, digits and '_')")
     if batchnorm not in ("batch", "running"):
         raise BadInputError(f"batchnorm must be 'batch' or 'running', not {batchnorm!r}")
     from workbench.importer import settle_shapes
@@ -105,7 +108,7 @@ def build_training(model: onnx.ModelProto, loss: str = "output", output: str = N
     del graph.node[:]
     graph.node.extend(nodes)
     e.scope = LOSS
-    loss_name, labels = add_loss(e, loss, output)
+    loss_name, labels = add_loss(e, loss, output, labels)
     classes = e.shape(output)[1] if loss == "cross_entropy" else 0
     grads = add_backward(e, list(graph.node) + e.nodes, loss_name, chosen)
     program = TrainingProgram(model, "loss", chosen, {}, {}, labels=labels, masks=masks,
