@@ -45,5 +45,5 @@ def test_a_script_lists_as_the_session_does(caplog):
     assert all(m.delta_bytes is None for m in job.reports[0])
 
     assert listing.analyse(ws, request=request, replica=FailingReplica()) == \
-        (ws.data_movement(), ws.class_table())
+        (ws.data_movement(), ws.class_table(), ws.memory())
     assert sorted(map(repr, listing.list_and_predict(ws))) == sorted(map(repr, expected))

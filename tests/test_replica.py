@@ -68,8 +68,9 @@ def _every_way(worker, tmp_path):
     selection = list(second.nodes)
     same(listed(worker, ws, selection), ws.transformations(nodes=selection, predict=True))
 
-    movement, table = worker.analysis(replica.spec(ws), replica.state(ws))
+    movement, table, memory = worker.analysis(replica.spec(ws), replica.state(ws))
     assert movement == ws.data_movement() and table == ws.class_table()
+    assert memory == ws.memory()
 
 
 def test_a_session_folder_opens_in_the_worker(worker, tmp_path):
