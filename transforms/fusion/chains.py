@@ -1,10 +1,38 @@
 """Walking a chain of operators that a fusion turns into one kernel: the operators
 are joined by tensors written once and read only by the next one."""
+import math
+
 import dace
 from dace.sdfg import nodes as nd
 
 from transforms.graph import single_consumer, state_accesses
 from workbench.ops.node import OnnxOp
+
+
+def writer_of(state, access, op_type: str = None):
+    """The ONNX operator that alone writes ``access`` (of ``op_type`` when given), else None."""
+    edges = state.in_edges(access)
+    if len(edges) == 1 and isinstance(edges[0].src, OnnxOp) and \
+            op_type in (None, edges[0].src.op_type):
+        return edges[0].src
+    return None
+
+
+def constant_scalar(node, position):
+    """The finite number a one-element constant input holds (recorded at import), else None."""
+    value = node.consts.get(position)
+    if value is None or value.size != 1 or value.dtype.kind not in "fiu":
+        return None
+    number = float(value.reshape(-1)[0])
+    return number if math.isfinite(number) else None
+
+
+def carry_waits(state, members, fused, skip=()) -> None:
+    """Ordering edges (empty memlets: RecomputeInBackward's wait for the backward pass)
+    into ``members`` from outside them (and ``skip``) now order ``fused``."""
+    waits = {e.src for m in members for e in state.in_edges(m) if e.data.is_empty()}
+    for src in waits - set(members) - set(skip):
+        state.add_nedge(src, fused, dace.Memlet())
 
 
 def inputs_of(state, node) -> dict:
@@ -72,9 +100,7 @@ def replace_chain(sdfg, state, members: list, internal: list, fused, inputs: lis
     for conn, access in outputs:
         state.add_edge(fused, conn, access, None,
                        dace.Memlet.from_array(access.data, sdfg.arrays[access.data]))
-    waits = {e.src for m in members for e in state.in_edges(m) if e.data.is_empty()}
-    for src in waits - set(internal) - set(members):
-        state.add_nedge(src, fused, dace.Memlet())
+    carry_waits(state, members, fused, internal)
     sources = {e.src for m in members for e in state.in_edges(m)} - set(internal)
     for member in members:
         state.remove_node(member)

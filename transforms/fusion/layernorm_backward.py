@@ -24,11 +24,11 @@ Rules:
    written once and read only by operators of the chain.
 4. Applying it puts one LayerNormGrad in place of the ten operators.
 """
-import math
 from dataclasses import dataclass, field
 
 from transforms.fusion import program as prog
-from transforms.fusion.chains import inputs_of, reduced_axes, replace_chain
+from transforms.fusion.chains import (constant_scalar, inputs_of, reduced_axes, replace_chain,
+                                      writer_of)
 from transforms.graph import state_accesses
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.layernorm_grad import DOMAIN, OP_TYPE
@@ -48,24 +48,9 @@ class Chain:
     c2: float = 0.0
 
 
-def _writer(state, access, op_type: str):
-    edges = state.in_edges(access)
-    if len(edges) == 1 and isinstance(edges[0].src, OnnxOp) and edges[0].src.op_type == op_type:
-        return edges[0].src
-    return None
-
-
-def _scalar(node, position):
-    value = node.consts.get(position)
-    if value is None or value.size != 1 or value.dtype.kind != "f":
-        return None
-    number = float(value.reshape(-1)[0])
-    return number if math.isfinite(number) else None
-
-
 def _step(state, chain, role, access, op_type):
     """The ``op_type`` operator writing ``access`` (an internal tensor), joined as ``role``."""
-    op = _writer(state, access, op_type)
+    op = writer_of(state, access, op_type)
     if op is None:
         return None
     chain.roles[role] = op
@@ -84,13 +69,14 @@ def _mean_of(state, chain, access, role):
     if scale is None:
         return None, None
     feeds = inputs_of(state, scale)
-    pos = next((p for p in (0, 1) if p in feeds and _scalar(scale, 1 - p) is not None), None)
+    pos = next((p for p in (0, 1) if p in feeds and constant_scalar(scale, 1 - p) is not None),
+               None)
     if pos is None:
         return None, None
     total = _step(state, chain, f"{role}_sum", feeds[pos], "ReduceSum")
     if total is None:
         return None, None
-    return total, _scalar(scale, 1 - pos)
+    return total, constant_scalar(scale, 1 - pos)
 
 
 def chain_of(sdfg, state, last):
@@ -100,7 +86,7 @@ def chain_of(sdfg, state, last):
     x0, x1 = _pair(state, last)
     if x0 is None:
         return None
-    diff = next((x for x in (x0, x1) if _writer(state, x, "Sub")), None)
+    diff = next((x for x in (x0, x1) if writer_of(state, x, "Sub")), None)
     if diff is None:
         return None
     inv = x1 if diff is x0 else x0
@@ -115,8 +101,8 @@ def chain_of(sdfg, state, last):
     if total1 is None or inputs_of(state, total1).get(0) is not g:
         return None
     u, v = _pair(state, mul6)
-    m2 = next((x for x in (u, v) if x is not None and _writer(state, x, "Mul")
-               and _writer(state, x, "Mul").consts), None)
+    m2 = next((x for x in (u, v) if x is not None and writer_of(state, x, "Mul")
+               and writer_of(state, x, "Mul").consts), None)
     xhat = v if m2 is u else u
     total2, c2 = _mean_of(state, chain, m2, "projection") if m2 is not None else (None, None)
     if total2 is None:

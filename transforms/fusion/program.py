@@ -26,6 +26,7 @@ import dace
 from dace.sdfg import nodes
 from dace.sdfg.utils import dfs_topological_sort
 
+from transforms.fusion.chains import carry_waits
 from transforms.graph import readers_elsewhere
 from workbench.errors import TransformationError
 from workbench.ops import elementwise as ew
@@ -214,12 +215,7 @@ def replace(sdfg, state, members, program: Program, node, extra_inputs=()) -> No
     for conn, access in program.outputs:
         state.add_edge(node, conn, access, None,
                        dace.Memlet.from_array(access.data, sdfg.arrays[access.data]))
-    # an edge that only orders (RecomputeInBackward's copies wait for the backward pass)
-    # keeps ordering the fused node
-    waits = {e.src for m in members for e in state.in_edges(m)
-             if e.data.is_empty() and e.src not in members and e.src not in program.internal}
-    for src in waits:
-        state.add_nedge(src, node, dace.Memlet())
+    carry_waits(state, members, node, program.internal)
     sources = {e.src for m in members for e in state.in_edges(m)}
     for member in members:
         state.remove_node(member)

@@ -21,13 +21,11 @@ Rules:
 3. Applying it puts one RMSNormalization (axis, epsilon; ``onepass``) in
    place of the chain; x, the scale and the output stay the same arrays.
 """
-import math
 from dataclasses import dataclass, field
 
-
 from transforms.fusion import program as prog
-from transforms.fusion.chains import (between, inputs_of, next_op, other_input, reduced_axes,
-                                      replace_chain)
+from transforms.fusion.chains import (between, constant_scalar, inputs_of, next_op, other_input,
+                                      reduced_axes, replace_chain)
 from transforms.graph import in_array, shape_text
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.node import OnnxOp
@@ -47,14 +45,6 @@ class Chain:
     internal: list = field(default_factory=list)   # access nodes between the operators
 
 
-def _scalar(node, position):
-    value = node.consts.get(position)
-    if value is None or value.size != 1 or value.dtype.kind not in "fiu":
-        return None
-    number = float(value.reshape(-1)[0])
-    return number if math.isfinite(number) else None
-
-
 def _reduced_axis(mean, rank: int):
     """The first axis a ReduceMean reduces when it keeps dimensions and reduces the
     trailing ones, else None."""
@@ -70,7 +60,7 @@ def chain_of(sdfg, state, mean):
         return None
     square = state.in_edges(sq)[0].src
     feeds = inputs_of(state, square)
-    if square.op_type == "Pow" and 0 in feeds and _scalar(square, 1) == 2.0:
+    if square.op_type == "Pow" and 0 in feeds and constant_scalar(square, 1) == 2.0:
         x = feeds[0]
     elif square.op_type == "Mul" and len(feeds) == 2 and feeds[0].data == feeds[1].data:
         x = feeds[0]
@@ -88,10 +78,10 @@ def chain_of(sdfg, state, mean):
     chain = Chain({"square": square, "mean": mean}, x, axis=axis, internal=[sq])
     add = next_op(sdfg, state, mean, chain.internal)
     other = add is not None and add.op_type == "Add" and other_input(state, add, chain.internal[-1])
-    if not other or _scalar(add, other[0]) is None or _scalar(add, other[0]) < 0:
+    if not other or constant_scalar(add, other[0]) is None or constant_scalar(add, other[0]) < 0:
         return Refusal(f"{name}: the mean is not followed by an Add of a constant epsilon "
                        f"that only it reads")
-    chain.roles["add"], chain.epsilon = add, _scalar(add, other[0])
+    chain.roles["add"], chain.epsilon = add, constant_scalar(add, other[0])
     sqrt = next_op(sdfg, state, add, chain.internal)
     if sqrt is None or sqrt.op_type != "Sqrt":
         return Refusal(f"{name}: mean + epsilon is not followed by a Sqrt only it feeds")
@@ -114,7 +104,7 @@ def _normalize(sdfg, state, sqrt, chain):
         if feeds.get(1) is root and feeds.get(0) is not None and feeds[0].data == chain.x.data:
             chain.roles["normalize"] = node
             return node
-        if feeds.get(1) is not root or _scalar(node, 0) != 1.0:
+        if feeds.get(1) is not root or constant_scalar(node, 0) != 1.0:
             return None
     elif node.op_type != "Reciprocal":
         return None

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from transforms.fusion import program as prog
 from transforms.fusion.chains import (between, inputs_of, next_op, reduced_axes,
-                                      replace_chain)
+                                      replace_chain, writer_of)
 from transforms.graph import in_array, shape_text, state_accesses
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.node import OnnxOp
@@ -47,16 +47,11 @@ class Chain:
     internal: list = field(default_factory=list)   # access nodes between the operators
 
 
-def _writer(state, access):
-    edges = state.in_edges(access)
-    return edges[0].src if len(edges) == 1 and isinstance(edges[0].src, OnnxOp) else None
-
-
 def chain_of(sdfg, state, total):
     """The ``Chain`` around the ReduceSum ``total`` (rules 1-3), a ``Refusal``, or None
     when it does not sum a product (not a softmax's backward pass at all)."""
     product = in_array(state, total, total.onnx_inputs[0])
-    first = _writer(state, product) if between(sdfg, state, product) else None
+    first = writer_of(state, product) if between(sdfg, state, product) else None
     if first is None or first.op_type != "Mul" or len(inputs_of(state, first)) != 2:
         return None
     chain = Chain({"product": first, "sum": total}, internal=[product])
@@ -100,7 +95,7 @@ def _absorb_mask(sdfg, state, chain, shape) -> None:
     for k in range(MAX_FACTORS):
         g = chain.g
         desc = sdfg.arrays[g.data]
-        mul = _writer(state, g)
+        mul = writer_of(state, g)
         if (mul is None or mul.op_type != "Mul" or not desc.transient
                 or len(state_accesses(state, g.data)) != 1
                 or {e.dst for e in state.out_edges(g)} != readers

@@ -33,6 +33,7 @@ Rules:
    the program's order) fall.
 """
 import copy
+from dataclasses import dataclass
 
 import dace
 from dace import data as dt
@@ -43,13 +44,13 @@ from transforms.graph import state_accesses
 from transforms.operator_transformation import OperatorTransformation
 from workbench import nodeid
 from workbench.analysis.memory import live_spans
-from workbench.errors import TransformationError
 from workbench.ops.node import OnnxOp
 from workbench.training.naming import backward_scope, training_role
 from workbench.transformation_api import Refusal, register
 
 MAX_OPS = 8
 SMALL = 16   # an input of at most 1/SMALL of X's bytes may live on until B
+ANCHOR_DEPTH = 6   # how far past B to look for a backward value to wait on
 
 
 def _mb(n: int) -> str:
@@ -86,10 +87,14 @@ def _root(sdfg, state, access):
     return access
 
 
+@dataclass
 class _Plan:
-    def __init__(self, x, chain, leaves, readers, anchor, peak, after):
-        self.x, self.chain, self.leaves, self.readers = x, chain, leaves, readers
-        self.anchor, self.peak, self.after = anchor, peak, after
+    x: object          # the access node of the value
+    chain: list        # the operators recomputed, P first
+    readers: list      # the edges of its backward reads
+    anchor: object     # the backward value the copies wait for
+    peak: int          # peak live bytes now, and after
+    after: int
 
 
 def _spans(sdfg, state):
@@ -150,9 +155,9 @@ def plan_recompute(sdfg, state, node):
             return Refusal(f"recomputing '{x.data}' would take more than {MAX_OPS} operators")
     anchor = _anchor(state, first, x.data, pos)
     if anchor is None:
-        return Refusal(f"no value of the backward pass is read within 6 operators after "
-                       f"{first.onnx_name}, the first backward reader of '{x.data}': nothing "
-                       f"to run the recomputation after")
+        return Refusal(f"no value of the backward pass is read within {ANCHOR_DEPTH} operators "
+                       f"after {first.onnx_name}, the first backward reader of '{x.data}': "
+                       f"nothing to run the recomputation after")
     last_forward = max((pos[e.dst] for e in readers if _role(e.dst) != "backward"),
                        default=pos[x])
     last_backward = max(pos[e.dst] for e in backward)
@@ -167,17 +172,17 @@ def plan_recompute(sdfg, state, node):
     if after >= before:
         return Refusal(f"recomputing '{x.data}' would not lower the peak of live memory "
                        f"({_mb(before)}): the value is not live where it peaks")
-    return _Plan(x, chain, leaves, backward, anchor, before, after)
+    return _Plan(x, chain, backward, anchor, before, after)
 
 
-def _anchor(state, first, x_name: str, pos: dict, depth: int = 6):
+def _anchor(state, first, x_name: str, pos: dict):
     """An access node written in the backward pass that ``first`` or an operator reading
-    its result (within ``depth``) reads, and whose writer does not depend on ``first``
+    its result (within ``ANCHOR_DEPTH``) reads, and whose writer does not depend on ``first``
     (an edge from it to the recomputation then makes no cycle). A backward operator
     that reads forward values only (``1 - s`` for a Sigmoid) runs in the forward pass
     under a topological order; reading the recomputed value, it moves with it."""
     level, seen = [first], {first}
-    for _ in range(depth):
+    for _ in range(ANCHOR_DEPTH):
         for op in level:
             for e in state.in_edges(op):
                 a = e.src
@@ -222,7 +227,7 @@ def _leaf(sdfg, state, access, spans, at, size):
         return None if not _writers(state, root.data) else "is a graph output"
     if root is not access or len(_writers(state, root.data)) != 1:
         return "is a view of a transient or written more than once"
-    lo, hi = spans.spans.get(root.data, (0, -1))
+    _, hi = spans.spans.get(root.data, (0, -1))
     if hi >= at or spans.sizes.get(root.data, 0) * SMALL <= size:
         return None
     return "is not kept for the backward pass"
@@ -246,8 +251,6 @@ class RecomputeInBackward(OperatorTransformation):
                 f"({_mb(plan.peak)} -> {_mb(plan.after)})")
 
     def rewrite(self, sdfg, state, node, plan, weights=None):
-        if not plan.readers:
-            raise TransformationError("nothing in the backward pass reads the value")
         order = sorted(plan.chain, key=_spans(sdfg, state).position.get)
         made = {}   # forward array -> access node of its copy
         for op in order:
