@@ -24,6 +24,7 @@ from gui.qtapp import ensure_app  # noqa: E402
 ensure_app()
 import workbench  # noqa: E402
 import workbench.analysis.prediction as prediction  # noqa: E402
+from workbench import transformation_api as transform  # noqa: E402
 from gui import timing_check  # noqa: E402
 from gui.controller import predict_all  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
@@ -58,16 +59,23 @@ def check_exact(ws, matches) -> int:
 
 
 @pytest.mark.parametrize("model,recipe", [("mlp", None), ("mbconv", None), ("resblock", None),
-                                          ("bert-layer", None), ("mbconv", "auto")])
+                                          ("bert-layer", None), ("mbconv", "auto"),
+                                          ("mbconv", "train"), ("mlp", "train")])
 def test_region_prediction_equals_whole_graph(monkeypatch, model, recipe):
+    """"train": the SGD training program, whose shape and axes constants are shared by
+    dozens of readers (regions leave those readers out, ``StateIndex.region``)."""
     monkeypatch.setattr(prediction, "MAX_REGION_SHARE", 1.0)   # the region path on every match
     ws = workbench.open(model)
-    if recipe:
+    if recipe == "train":
+        ws = ws.training(loss="mse", optimizer="sgd")
+    elif recipe:
         ws.optimize(recipe)
     matches = ws.transformations(predict=False)
     answered = check_exact(ws, matches)
-    # whole-program transformations (PersistentAllocation) are measured whole
-    assert answered >= len(matches) - 2 and answered > 0
+    # global ones decide on the whole program (PersistentAllocation, RecomputeInBackward's
+    # peak memory) and are measured whole
+    local = [m for m in matches if transform.get(m.transformation).level != "global"]
+    assert answered >= len(local) and answered > 0
 
 
 def test_region_prediction_on_a_vit_export():

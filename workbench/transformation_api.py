@@ -337,7 +337,8 @@ def apply_match(t: Transformation, sdfg: dace.SDFG, match: Match, weights: dict 
                 original: dace.SDFG = None, checks: bool = True, decided=None) -> None:
     """``t.apply``, handing ``weights`` (changed in place) only to a transformation
     that needs them; a result that breaks a registered rule that ``original`` (the
-    SDFG before the step, when given) kept is a TransformationError (``sdfg`` is then
+    SDFG before the step, when given; or a function that builds it) kept is a
+    TransformationError (``sdfg`` is then
     half-changed: callers apply to a copy). ``checks=False`` leaves the rules to the
     caller (a step applied to its region is checked on the whole graph it joins).
     ``decided``: ``t.decide``'s answer on the whole program, mapped onto ``sdfg``."""
@@ -354,6 +355,7 @@ def apply_match(t: Transformation, sdfg: dace.SDFG, match: Match, weights: dict 
     for check in _CHECKS:
         broken = check(sdfg)
         if broken and original is not None:
+            original = original() if callable(original) else original
             before = set(check(original))
             broken = [line for line in broken if line not in before]
         if broken:

@@ -36,7 +36,7 @@ from dace.sdfg import nodes
 
 from workbench import nodeid
 from workbench.analysis.movement import data_movement
-from workbench.analysis.state_index import StateIndex  # noqa: F401 (its home before)
+from workbench.analysis.state_index import StateIndex, desc_json  # noqa: F401 (StateIndex: its home before)
 
 # Beyond this share of the state the copy saves little: measure the whole graph.
 MAX_REGION_SHARE = 0.4
@@ -48,29 +48,39 @@ def local_delta(sdfg: dace.SDFG, index: StateIndex, transformation, match, weigh
     ``apply_match(t, sdfg, match, weights, original=)`` is
     ``workbench.transformation_api.apply_match`` (passed in: analysis does not
     import the transformation layer). Raises what applying raises."""
-    found = region_trial(sdfg, index, match, MAX_REGION_SHARE)
+    loose = not getattr(transformation, "needs_weights", True)
+    found = region_trial(sdfg, index, match, MAX_REGION_SHARE, twin=False,
+                         loose_constants=loose)
     if found is None:
         return None
-    before, trial, trial_state, local = found.before, found.trial, found.trial_state, found.local
+    trial, trial_state, local = found.trial, found.trial_state, found.local
     boundary, moved, kept = found.boundary, found.copies, found.kept
+    before_bytes = data_movement(trial, names, scratch=True).moved_bytes
+    # the region as it was, rebuilt only when the result breaks a rule (the checks then
+    # ask whether it broke it before)
+    original = lambda: region_sdfg(sdfg, index, found.region)[0]  # noqa: E731
     apply_match(transformation, trial, local, None if weights is None else dict(weights),
-                original=before)
+                original=original)
     present = set(trial_state.nodes())
     for node in boundary:
         copy_ = moved[node]
+        # a constant's access node moves nothing itself: one left without its region's
+        # edges may go (an expanded Reshape drops its shape input), its edges counted
+        if copy_ not in present and index.is_constant_input(node):
+            continue
         if copy_ not in present or copy_.data != node.data:
             return None
     for name, desc in kept.items():
         if name not in trial.arrays or desc_json(trial.arrays[name]) != desc:
             return None
-    after = data_movement(trial, names, scratch=True).moved_bytes
-    return after - data_movement(before, names, scratch=True).moved_bytes
+    return data_movement(trial, names, scratch=True).moved_bytes - before_bytes
 
 
 @dataclass
 class RegionTrial:
-    """A match's region copied twice (``before`` to measure, ``trial`` to change), with
-    the match naming the trial's nodes (``local``) and what must not change."""
+    """A match's region copied twice (``before`` to measure, ``trial`` to change; once,
+    ``before`` None, for a caller that measures before changing), with the match naming
+    the trial's nodes (``local``) and what must not change."""
     region: set
     boundary: set
     before: object           # one-state SDFG: the region as it is
@@ -84,9 +94,11 @@ class RegionTrial:
     kept: dict               # array used outside the region -> its descriptor's JSON
 
 
-def region_trial(sdfg, index, match, share: float = 1.0):
+def region_trial(sdfg, index, match, share: float = 1.0, twin: bool = True,
+                 loose_constants: bool = False):
     """The ``RegionTrial`` of ``match``, or None when it names a state, a nested SDFG's
-    node or nothing, or when its region is over ``share`` of the state."""
+    node or nothing, or when its region is over ``share`` of the state.
+    ``loose_constants``: see ``StateIndex.region``."""
     seeds = []
     for _, ident in match.where:
         node = index.by_ident.get(ident)
@@ -95,12 +107,13 @@ def region_trial(sdfg, index, match, share: float = 1.0):
         seeds.append(node)
     if not seeds:   # a whole-model match
         return None
-    found = index.region(seeds, share)
+    found = index.region(seeds, share, loose_constants)
     if found is None:
         return None
     region, boundary = found
     before, ordered, live_edges = region_sdfg(sdfg, index, region)
-    trial = copy.deepcopy(before)
+    trial = copy.deepcopy(before) if twin else before
+    before = before if twin else None
     trial_state = trial.nodes()[0]
     copies = dict(zip(ordered, trial_state.nodes()))
     edge_copies = dict(zip(live_edges, trial_state.edges()))
@@ -108,7 +121,7 @@ def region_trial(sdfg, index, match, share: float = 1.0):
                   for role, ident in match.where)
     local = type(match)(match.transformation, where, match.description, match.options,
                         match.expr_index)
-    kept = {name: desc_json(trial.arrays[name])
+    kept = {name: index.desc_json(name)
             for name in index.used_outside(region, list(trial.arrays))}
     return RegionTrial(region, boundary, before, trial, trial_state, ordered, live_edges, copies,
                        edge_copies, local, kept)
@@ -144,8 +157,3 @@ def region_sdfg(sdfg, index, region):
     sub.reset_cfg_list()
     return sub, ordered, edges
 
-
-def desc_json(desc) -> str:
-    """A descriptor as comparable text."""
-    import json
-    return json.dumps(desc.to_json(), sort_keys=True, default=str)

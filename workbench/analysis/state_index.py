@@ -9,6 +9,8 @@ and what the splice changed, touching only those nodes, the identity groups
 they belong to and the arrays they use; ``same_as`` compares it with a fresh
 one (``Session.full_checks``).
 """
+import json
+
 import dace
 from dace.sdfg import nodes
 
@@ -71,9 +73,18 @@ class StateIndex:
         return isinstance(unit, nodes.AccessNode) and not isinstance(
             self.sdfg.arrays[unit.data], dace.data.View)
 
-    def region(self, seeds, share: float = 1.0):
+    def is_constant_input(self, unit) -> bool:
+        """A plain access node of an array from outside the program (a weight, a model
+        input) that no node of the state writes."""
+        return (self.is_plain_access(unit) and not self.sdfg.arrays[unit.data].transient
+                and all(self.state.in_degree(a) == 0 for a in self.accesses.get(unit.data, ())))
+
+    def region(self, seeds, share: float = 1.0, loose_constants: bool = False):
         """(nodes of the region, its boundary access nodes), or None when it is over
-        ``share`` of the state's nodes."""
+        ``share`` of the state's nodes. ``loose_constants``: a constant input next to the
+        match (``is_constant_input``) does not bring its other readers along; only for
+        a transformation that cannot change weights (a training program's shared shape
+        and axes constants have 50-75 readers, which made a region 10x its size)."""
         seed_units = {self.unit[s] for s in seeds}
         complete = set(seed_units)   # units that keep every edge
         todo, units = list(seed_units), set(seed_units)
@@ -84,8 +95,9 @@ class StateIndex:
                 units.add(other)
                 # the match's own access nodes keep every edge (a transformation reads
                 # their other readers and writers), and so does anything not a plain one
-                if other not in complete and (unit in seed_units
-                                              or not self.is_plain_access(other)):
+                near = unit in seed_units and not (loose_constants
+                                                    and self.is_constant_input(other))
+                if other not in complete and (near or not self.is_plain_access(other)):
                     complete.add(other)
                     todo.append(other)
             if len(units) > limit:
@@ -100,6 +112,15 @@ class StateIndex:
         if len(region) > limit:
             return None
         return region, boundary
+
+    def desc_json(self, name: str) -> str:
+        """``name``'s descriptor as comparable text (kept for this step: a prediction
+        compares the arrays its region shares with the rest against it)."""
+        if "_desc_json" not in self.__dict__:
+            self._desc_json = {}
+        if name not in self._desc_json:
+            self._desc_json[name] = desc_json(self.sdfg.arrays[name])
+        return self._desc_json[name]
 
     def used_outside(self, region, names) -> set:
         """Those of ``names`` that a node or memlet outside ``region`` uses."""
@@ -202,3 +223,8 @@ def _count_edge(users: dict, edge, step: int) -> None:
     if edge.data.data is not None:
         _count(users, edge.data.data, edge.src, step)
         _count(users, edge.data.data, edge.dst, step)
+
+
+def desc_json(desc) -> str:
+    """A descriptor as comparable text."""
+    return json.dumps(desc.to_json(), sort_keys=True, default=str)
