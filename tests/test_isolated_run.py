@@ -132,3 +132,40 @@ def test_unloading_programs_that_only_ran_in_the_worker(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           env=env, timeout=600, cwd=Path(__file__).parent.parent)
     assert done.returncode == 0 and "unloaded" in done.stdout, done.stderr[-3000:]
+
+
+def test_carried_state_stays_in_the_worker_and_matches_in_process():
+    """A training step carries its state (``run(carry=)``): the next values are not
+    copied out, and passed back they are not copied in; the steps equal the same
+    program's steps called in this process, and ``state`` hands out copies."""
+    from workbench.runtime import isolated
+    ts = workbench.open("mlp").training(loss="mse", optimizer="adamw")
+    here = workbench.open("mlp").training(loss="mse", optimizer="adamw")
+    here.isolated = False
+    batch = ts.random_batch(0)
+    copied = []
+    original = np.copyto
+
+    def counting(dst, src, **kw):
+        copied.append(np.asarray(dst).nbytes)
+        return original(dst, src, **kw)
+
+    ts.step(batch)   # loads the program: the state is copied in once
+    snapshot = ts.state
+    kept = {k: v.copy() for k, v in snapshot.items()}
+    state_bytes = sum(v.nbytes for v in snapshot.values())
+    isolated.np.copyto = counting
+    try:
+        losses = [ts.step(batch) for _ in range(3)]
+    finally:
+        isolated.np.copyto = original
+    assert sum(copied) < state_bytes / 2, (sum(copied), state_bytes)
+    for k, v in snapshot.items():   # the snapshot did not move with the steps
+        np.testing.assert_array_equal(v, kept[k], err_msg=k)
+    assert any(not np.array_equal(ts.state[p], snapshot[p]) for p in ts.program.params)
+    expected = [here.step(batch) for _ in range(4)]
+    assert losses == expected[1:]
+    mine, theirs = ts.state, here.state
+    assert set(mine) == set(theirs)
+    for k in mine:
+        np.testing.assert_array_equal(mine[k], theirs[k], err_msg=k)

@@ -44,16 +44,24 @@ _SIGNALS = {signal.SIGSEGV: "a segmentation fault", signal.SIGABRT: "an abort",
 
 
 def call(build, args: dict, outputs, constant=(), repeat: int = 1, warmup: int = 0,
-         timeout: float = None, cancel=None, step: str = "") -> list:
+         timeout: float = None, cancel=None, step: str = "", carry: dict = None) -> list:
     """Run ``build``'s program on ``args`` (SDFG names -> arrays) in the worker.
 
     The arrays named in ``outputs`` are filled in place; ``constant`` names
     arrays whose contents never change while the same array objects are
     passed (weights). ``timeout`` (seconds, default ``DEFAULT_TIMEOUT_S``)
     applies per call. Returns the timed calls' milliseconds.
+
+    ``carry`` (input -> output, one call): state that stays in the worker. The
+    output is not copied out; the two buffers change places, and ``args[input]``
+    becomes the shared array that now holds the output's value. Passed back as the
+    input of the next call, it is not copied in either (a training step's
+    parameters and moments, a decoder's cache). It stays valid until the next call
+    of the same program overwrites it.
     """
     return _WORKER.call(build, args, set(outputs), set(constant), repeat, warmup,
-                        DEFAULT_TIMEOUT_S if timeout is None else timeout, cancel, step)
+                        DEFAULT_TIMEOUT_S if timeout is None else timeout, cancel, step,
+                        dict(carry or {}))
 
 
 def shutdown() -> None:
@@ -122,7 +130,8 @@ class _Worker:
             self.proc.wait()
 
     # -- running ------------------------------------------------------------------
-    def call(self, build, args, outputs, constant, repeat, warmup, timeout, cancel, step):
+    def call(self, build, args, outputs, constant, repeat, warmup, timeout, cancel, step,
+             carry):
         with self._lock:
             self._start()
             what = _What(build, step)
@@ -139,14 +148,21 @@ class _Worker:
             for name, segment in loaded.segments.items():
                 if name in outputs:
                     segment.view.fill(0)   # as the in-process call's fresh np.zeros
-                elif name not in loaded.constants:
+                elif name not in loaded.constants and not _is_memory_of(args[name], segment):
                     np.copyto(segment.view, np.asarray(args[name]).reshape(segment.view.shape),
                               casting="same_kind")
+            positions = {name: i for i, name in enumerate(n for n in build.compiled._sig
+                                                          if n in loaded.segments)}
+            swaps = [[positions[i], positions[o]] for i, o in carry.items()]
             reply = self._ask({"op": "run", "key": key, "repeat": repeat, "warmup": warmup,
-                               "threads": os.environ.get("OMP_NUM_THREADS")},
+                               "threads": os.environ.get("OMP_NUM_THREADS"), "swap": swaps},
                               timeout * (repeat + warmup), cancel, what)
-            for name in outputs:
+            for name in outputs - set(carry.values()):
                 np.copyto(args[name], loaded.segments[name].view.reshape(args[name].shape))
+            for i, o in carry.items():
+                segments = loaded.segments
+                segments[i], segments[o] = segments[o], segments[i]
+                args[i] = segments[i].view
             return reply["samples_ms"]
 
     def _load(self, key, build, args, outputs, constant, timeout, cancel, what) -> _Loaded:
@@ -269,6 +285,13 @@ class _Worker:
         except (OSError, ValueError, AttributeError):
             return ""
         return " / ".join(text.splitlines()[-3:])
+
+
+def _is_memory_of(value, segment) -> bool:
+    """``value`` is ``segment``'s memory itself (a carried value passed back)."""
+    value = np.asarray(value)
+    return (value.nbytes == segment.nbytes and value.flags.c_contiguous and value.nbytes > 0
+            and value.ctypes.data == segment.view.ctypes.data)
 
 
 class _What:

@@ -97,6 +97,14 @@ class _Program:
                 text.restype = ctypes.c_char_p
                 raise RuntimeError(f"CUDA error {code}: {text(code).decode()}")
 
+    def swap(self, pairs) -> None:
+        """Exchange the buffers of array arguments (by position among the arrays): a
+        carried output becomes the next call's input (``isolated.call``'s ``carry``)."""
+        where = [k for k, a in enumerate(self.args) if isinstance(a, ctypes.c_void_p)]
+        for i, j in pairs:
+            a, b = where[i], where[j]
+            self.args[a], self.args[b] = self.args[b], self.args[a]
+
     def close(self) -> int:
         return self._exit(self.state)
 
@@ -142,6 +150,7 @@ def serve(conn) -> None:
                         t = time.perf_counter()
                         program.call()
                         samples.append((time.perf_counter() - t) * 1e3)
+                    program.swap(msg.get("swap", ()))
                     reply = {"ok": True, "samples_ms": samples}
                 elif op == "unload":
                     program = programs.pop(msg["key"], None)

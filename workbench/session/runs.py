@@ -25,16 +25,31 @@ def holding_lock(method):
 
 class SessionRuns:
     @holding_lock
-    def run(self, inputs: dict, target: str = "cpu", arch: str = None) -> dict:
+    def run(self, inputs: dict, target: str = "cpu", arch: str = None,
+            carry: dict = None) -> dict:
         """Run the built program; ``inputs`` and the result are keyed by ONNX names.
 
         ``target="gpu"`` compiles the CUDA program for ``arch`` (default: the
-        device's) and runs it; without a CUDA device that is a NoCudaDeviceError."""
+        device's) and runs it; without a CUDA device that is a NoCudaDeviceError.
+
+        ``carry`` (input -> output, ONNX names): state that stays with the program
+        between runs (a training step's parameters, a decoder's cache). The result
+        then names the input, not the output: its next value, which passed back as
+        that input is not copied again (``workbench.runtime.isolated.call``). It holds
+        until the next run of the same program; copy it to keep it longer."""
         build = self._runnable_build(target, arch)
         args, results = self.call_args(build, inputs)
-        self._call(build, args)
-        return {info.onnx_name: results[info.onnx_name].reshape(info.shape)
-                for info in self.outputs}
+        carried = {}
+        if carry:
+            sdfg_name = {i.onnx_name: i.sdfg_name for i in (*self.inputs, *self.outputs)}
+            carried = {sdfg_name[i]: sdfg_name[o] for i, o in carry.items()}
+        self._call(build, args, carry=carried)
+        out = {info.onnx_name: results[info.onnx_name].reshape(info.shape)
+               for info in self.outputs if info.onnx_name not in (carry or {}).values()}
+        for info in self.inputs:
+            if info.onnx_name in (carry or {}):
+                out[info.onnx_name] = args[info.sdfg_name].reshape(info.shape)
+        return out
 
     # Programs run in a worker process (workbench.runtime.isolated): a crash or a hang in
     # generated code is a ProgramCrashed, and the session lives on. False runs them in
@@ -42,18 +57,23 @@ class SessionRuns:
     isolated = True
     run_timeout = None   # seconds one call may take (None: isolated.DEFAULT_TIMEOUT_S)
 
-    def _call(self, build, args: dict, repeat: int = 1, warmup: int = 0) -> list:
+    def _call(self, build, args: dict, repeat: int = 1, warmup: int = 0,
+              carry: dict = None) -> list:
         """Call ``build``'s program ``warmup + repeat`` times on ``call_args``' ``args``
-        (outputs are filled in place); milliseconds of the ``repeat`` timed calls."""
+        (outputs are filled in place); milliseconds of the ``repeat`` timed calls.
+        ``carry`` (SDFG names, input -> output): see ``run``."""
         from workbench.runtime.profiling import time_calls
         if not self.isolated:
-            return time_calls(lambda: build.compiled(**args), repeat, warmup)
+            samples = time_calls(lambda: build.compiled(**args), repeat, warmup)
+            for i, o in (carry or {}).items():
+                args[i] = args[o]
+            return samples
         from workbench.runtime import isolated
         return isolated.call(build, args, [o.sdfg_name for o in self.outputs],
                              constant=self.model.weights.keys(), repeat=repeat, warmup=warmup,
                              timeout=self.run_timeout,
                              cancel=getattr(self.progress, "cancel_event", None),
-                             step=self._step_text())
+                             step=self._step_text(), carry=carry)
 
     def _step_text(self, position: int = None) -> str:
         """The step at ``position`` (default: the current one) in words; "" for the import."""
