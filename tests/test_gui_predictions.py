@@ -78,6 +78,39 @@ def test_region_prediction_equals_whole_graph(monkeypatch, model, recipe):
     assert answered >= len(local) and answered > 0
 
 
+def _local(ws, match):
+    try:
+        return ws._predict_local(match)
+    except AssertionError:
+        raise
+    except Exception:
+        return "refused"
+
+
+def test_equal_regions_are_measured_once(monkeypatch):
+    """Regions equal up to names (``region_key``) are measured once, in this step and the
+    next; each remembered figure equals the region measured again."""
+    monkeypatch.setattr(prediction, "_MEASURED", {})
+    ws = workbench.open("bert-layer").training(loss="mse", optimizer="sgd")
+    matches = ws.transformations(predict=False)
+    measured = []
+    real = prediction._measure
+    monkeypatch.setattr(prediction, "_measure", lambda *a: measured.append(a[3]) or real(*a))
+    first = [_local(ws, m) for m in matches]
+    answered = [f for f in first if f not in (None, "refused")]
+    assert len(answered) > 100 and len(measured) < 0.8 * len(answered), \
+        (len(answered), len(measured))
+    monkeypatch.setattr(ws, "full_checks", True)   # measure every one again and compare
+    assert [_local(ws, m) for m in matches] == first
+    # the next step: the regions it left alone are not measured again
+    ws.apply(next(m for m in matches if m.transformation == "ExpandToMaps"))
+    measured.clear()
+    monkeypatch.setattr(ws, "full_checks", False)
+    again = ws.transformations(predict=False)
+    [_local(ws, m) for m in again]
+    assert len(measured) < 0.1 * len(again), (len(measured), len(again))
+
+
 def test_region_prediction_on_a_vit_export():
     path = FULL_EXPORTS.expanduser() / "vit.onnx"
     if not path.exists():

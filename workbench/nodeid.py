@@ -55,13 +55,15 @@ _INDEX = contextvars.ContextVar("identity_index", default=None)
 
 
 @contextlib.contextmanager
-def graph_unchanged():
+def graph_unchanged(held: dict = None):
     """Identities asked for inside are computed once per state; nothing inside may
-    add, remove or reorder nodes (nested uses share the outer index)."""
+    add, remove or reorder nodes (nested uses share the outer index). ``held``: the
+    index to keep them in, for a caller that knows the graph holds still between
+    several of these (one step's predictions)."""
     if _INDEX.get() is not None:
         yield
         return
-    token = _INDEX.set({})
+    token = _INDEX.set({} if held is None else held)
     try:
         yield
     finally:

@@ -196,8 +196,12 @@ def fused_name(members) -> str:
 
 def unique_label(state, name: str) -> str:
     """A C identifier for a new node's label (DaCe names generated code after it)."""
+    return unique_label_among({n.label for n in state.nodes()}, name)
+
+
+def unique_label_among(taken: set, name: str) -> str:
+    """``unique_label`` with the labels ``taken`` known."""
     label = re.sub(r"\W", "_", name).strip("_") or "fused"
-    taken = {n.label for n in state.nodes()}
     k = 0
     while (label if k == 0 else f"{label}_{k}") in taken:
         k += 1

@@ -22,6 +22,7 @@ from workbench.transformation_api import Transformation, register
 @register
 class PersistentAllocation(Transformation):
     level = "global"
+    same_bytes = True   # the lifetime of buffers, not the bytes moved
     name = "PersistentAllocation"
     description = "Allocate transient buffers once at initialization instead of on every call"
 

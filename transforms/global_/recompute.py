@@ -95,6 +95,9 @@ class _Plan:
     anchor: object     # the backward value the copies wait for
     peak: int          # peak live bytes now, and after
     after: int
+    # the copies, in the program's order: (operator, its ONNX name, label, output array),
+    # named on the whole program (``decide``) so that a region rewrite names them alike
+    copies: list = None
 
 
 def _spans(sdfg, state):
@@ -241,8 +244,16 @@ class RecomputeInBackward(OperatorTransformation):
                    "(a training program's memory for bytes)")
     refusal = "{match.description}: no longer applies"
 
+    region_rewrite = True   # decided on the whole program; the copies sit in its region
+
     def plan(self, sdfg, state, node, weights=None):
         return plan_recompute(sdfg, state, node)
+
+    def decide(self, sdfg, match, weights=None):
+        plan = super().decide(sdfg, match, weights)
+        owner, state, _, _ = self._resolved(sdfg, match)
+        plan.copies = _copies(owner, state, plan.chain)
+        return plan
 
     def describe(self, node, plan):
         ops = len(plan.chain)
@@ -251,12 +262,10 @@ class RecomputeInBackward(OperatorTransformation):
                 f"({_mb(plan.peak)} -> {_mb(plan.after)})")
 
     def rewrite(self, sdfg, state, node, plan, weights=None):
-        order = sorted(plan.chain, key=_spans(sdfg, state).position.get)
         made = {}   # forward array -> access node of its copy
-        for op in order:
+        for op, onnx_name, label, array in plan.copies or _copies(sdfg, state, plan.chain):
             twin = copy.deepcopy(op)
-            twin.onnx_name = _fresh_name(state, op)
-            twin.label = prog.unique_label(state, twin.onnx_name)
+            twin.onnx_name, twin.label = onnx_name, label
             state.add_node(twin)
             reads_copies = False
             for e in state.in_edges(op):
@@ -271,8 +280,7 @@ class RecomputeInBackward(OperatorTransformation):
             if not reads_copies:
                 state.add_nedge(plan.anchor, twin, dace.Memlet())
             out = next(e for e in state.out_edges(op) if not e.data.is_empty())
-            name = sdfg.add_datadesc(f"{out.dst.data}_recomputed",
-                                     copy.deepcopy(sdfg.arrays[out.dst.data]), find_new_name=True)
+            name = sdfg.add_datadesc(array, copy.deepcopy(sdfg.arrays[out.dst.data]))
             made[out.dst.data] = state.add_access(name)
             memlet = copy.deepcopy(out.data)
             memlet.data = name
@@ -287,10 +295,23 @@ class RecomputeInBackward(OperatorTransformation):
                 state.remove_node(e.src)
 
 
-def _fresh_name(state, op) -> str:
-    base = f"{backward_scope(op.onnx_name)}/recompute/{op.onnx_name.rsplit('/', 1)[-1]}"
-    taken = {n.onnx_name for n in state.nodes() if isinstance(n, OnnxOp)}
-    name, k = base, 1
-    while name in taken:
-        name, k = f"{base}_{k}", k + 1
-    return name
+def _copies(sdfg, state, chain) -> list:
+    """``_Plan.copies`` for ``chain`` on the graph as it is: fresh ONNX names, labels and
+    arrays, each taken before the next is chosen."""
+    onnx_names = {n.onnx_name for n in state.nodes() if isinstance(n, OnnxOp)}
+    labels = {n.label for n in state.nodes()}
+    arrays = set(sdfg.arrays) | set(sdfg.symbols) | set(sdfg.constants_prop)
+    out = []
+    for op in sorted(chain, key=_spans(sdfg, state).position.get):
+        base = f"{backward_scope(op.onnx_name)}/recompute/{op.onnx_name.rsplit('/', 1)[-1]}"
+        name, k = base, 1
+        while name in onnx_names:
+            name, k = f"{base}_{k}", k + 1
+        label = prog.unique_label_among(labels, name)
+        written = next(e for e in state.out_edges(op) if not e.data.is_empty()).dst.data
+        array = dt.find_new_name(f"{written}_recomputed", arrays)
+        onnx_names.add(name)
+        labels.add(label)
+        arrays.add(array)
+        out.append((op, name, label, array))
+    return out

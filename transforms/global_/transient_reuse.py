@@ -51,13 +51,22 @@ def _interstate_names(sdfg) -> set:
 def plan(sdfg, state) -> list:
     """Pools of array names (the first names the shared buffer), two or more each."""
     graph, step = steps = dataflow_steps(state)
-    order = {n: i for i, n in enumerate(nx.topological_sort(graph))}
+    topo = list(nx.topological_sort(graph))
+    order = {n: i for i, n in enumerate(topo)}
+    # every step's ancestors as a bit set, in one pass in topological order: a search
+    # per step took 13 s of 28 on a ViT-tiny training program (4,671 nodes)
     before = {}
+    for n in topo:
+        bits = 0
+        for p in graph.predecessors(n):
+            bits |= before[p] | (1 << order[p])
+        before[n] = bits
 
-    def ancestors(node):
-        if node not in before:
-            before[node] = nx.ancestors(graph, node)
-        return before[node]
+    def mask(nodes) -> int:
+        bits = 0
+        for n in nodes:
+            bits |= 1 << order[n]
+        return bits
 
     elsewhere = {root for s in sdfg.states() if s is not state
                  for root in families(sdfg, s)} | _interstate_names(sdfg)
@@ -67,24 +76,33 @@ def plan(sdfg, state) -> list:
         if (desc is None or type(desc) is not dt.Array or not desc.transient or not fam.exact
                 or name in elsewhere or not fam.writers):
             continue
-        if all(ancestors(r) & fam.writers for r in fam.readers):
+        writers = mask(fam.writers)
+        if all(before[r] & writers for r in fam.readers):
             fams[name] = fam
     names = sorted(fams, key=lambda n: (min(order[w] for w in fams[n].writers), n))
+    uses = {n: mask(fams[n].uses) for n in names}
+    # a pool's arrays are dead before every use of ``name`` when all their uses are
+    # ancestors of each of its uses
+    before_all = {}
+    for n in names:
+        common = -1
+        for u in fams[n].uses:
+            common &= before[u]
+        before_all[n] = common
 
-    def dead_before(a, b):
-        return all(fams[a].uses <= ancestors(u) for u in fams[b].uses)
-
-    pools = []
+    pools, by_layout = [], {}   # pool: [names, the union of their uses]
     for name in names:
-        layout = _layout(sdfg.arrays[name])
-        for pool in pools:
-            if (_layout(sdfg.arrays[pool[0]]) == layout
-                    and all(dead_before(other, name) for other in pool)):
-                pool.append(name)
+        candidates = by_layout.setdefault(_layout(sdfg.arrays[name]), [])
+        for pool in candidates:
+            if pool[1] & ~before_all[name] == 0:
+                pool[0].append(name)
+                pool[1] |= uses[name]
                 break
         else:
-            pools.append([name])
-    return [p for p in pools if len(p) > 1]
+            pool = [[name], uses[name]]
+            candidates.append(pool)
+            pools.append(pool)
+    return [p[0] for p in pools if len(p[0]) > 1]
 
 
 def _saved_bytes(sdfg, pools) -> int:
@@ -94,6 +112,7 @@ def _saved_bytes(sdfg, pools) -> int:
 @register
 class TransientReuse(Transformation):
     level = "global"
+    same_bytes = True   # buffers renamed; every edge moves what it moved
     name = "TransientReuse"
     description = "Let buffers with non-overlapping lifetimes share memory (smaller footprint)"
 

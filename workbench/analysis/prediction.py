@@ -35,24 +35,74 @@ import dace
 from dace.sdfg import nodes
 
 from workbench import nodeid
+from workbench.analysis.decisions import NotLocal, named_nodes, onto
 from workbench.analysis.movement import data_movement
+from workbench.analysis.region_key import region_key
 from workbench.analysis.state_index import StateIndex, desc_json  # noqa: F401 (StateIndex: its home before)
 
 # Beyond this share of the state the copy saves little: measure the whole graph.
 MAX_REGION_SHARE = 0.4
 
+# Measured regions by key (``region_key``), for every session of this process: equal
+# keys, equal figures, in any step (a training program's twelve layers, the next step's
+# listing). Oldest first out beyond the limit.
+_MEASURED = {}
+MEASURED_LIMIT = 100_000
+
+
 def local_delta(sdfg: dace.SDFG, index: StateIndex, transformation, match, weights,
-                names: dict, apply_match):
+                names: dict, apply_match, check: bool = False):
     """``match``'s change in bytes moved computed on its region, or None when the
     region cannot stand for the whole graph (the caller then measures the whole).
     ``apply_match(t, sdfg, match, weights, original=)`` is
     ``workbench.transformation_api.apply_match`` (passed in: analysis does not
-    import the transformation layer). Raises what applying raises."""
+    import the transformation layer). Raises what applying raises.
+
+    A region whose key was measured before gives that figure; ``check`` measures it
+    again and raises AssertionError when they differ (``Session.full_checks``)."""
+    seeds = _seeds(index, match)
+    if seeds is None:
+        return None
+    decision = None
+    if transformation.level == "global" and getattr(transformation, "region_rewrite", False):
+        # decided on the whole program, rewritten in the region (as a spliced step is)
+        # on the live graph, which holds still for the step: its analyses are kept
+        with nodeid.graph_unchanged(index.__dict__.setdefault("_held", {})):
+            decision = transformation.decide(sdfg, match, weights)
+        extra = named_nodes(decision)
+        if any(node not in index.order for node in extra):   # a nested SDFG's
+            return None
+        seeds += extra
     loose = not getattr(transformation, "needs_weights", True)
-    found = region_trial(sdfg, index, match, MAX_REGION_SHARE, twin=False,
-                         loose_constants=loose)
+    region = index.region(seeds, MAX_REGION_SHARE, loose)
+    if region is None:
+        return None
+    key = region_key(index, *region, match, transformation, decision)
+    if key is not None:
+        key = (_sdfg_context(index), key)
+        if key in _MEASURED and not check:
+            return _MEASURED[key]
+    try:
+        delta = _measure(sdfg, index, transformation, match, weights, names, apply_match,
+                         region, decision)
+    except NotLocal:
+        return None
+    if key is not None:
+        if check and key in _MEASURED and _MEASURED[key] != delta:
+            raise AssertionError(f"{match.transformation} on {match.description}: the region "
+                                 f"measured {delta} bytes, its key says {_MEASURED[key]}")
+        if len(_MEASURED) >= MEASURED_LIMIT:
+            _MEASURED.pop(next(iter(_MEASURED)))
+        _MEASURED[key] = delta
+    return delta
+
+
+def _measure(sdfg, index, transformation, match, weights, names, apply_match, region,
+             decision):
+    found = region_trial(sdfg, index, match, twin=False, region=region)
     if found is None:
         return None
+    decided = None if decision is None else onto(decision, found.copies, found.edge_copies)
     trial, trial_state, local = found.trial, found.trial_state, found.local
     boundary, moved, kept = found.boundary, found.copies, found.kept
     before_bytes = data_movement(trial, names, scratch=True).moved_bytes
@@ -60,7 +110,7 @@ def local_delta(sdfg: dace.SDFG, index: StateIndex, transformation, match, weigh
     # ask whether it broke it before)
     original = lambda: region_sdfg(sdfg, index, found.region)[0]  # noqa: E731
     apply_match(transformation, trial, local, None if weights is None else dict(weights),
-                original=original)
+                original=original, decided=decided)
     present = set(trial_state.nodes())
     for node in boundary:
         copy_ = moved[node]
@@ -94,23 +144,48 @@ class RegionTrial:
     kept: dict               # array used outside the region -> its descriptor's JSON
 
 
-def region_trial(sdfg, index, match, share: float = 1.0, twin: bool = True,
-                 loose_constants: bool = False):
-    """The ``RegionTrial`` of ``match``, or None when it names a state, a nested SDFG's
-    node or nothing, or when its region is over ``share`` of the state.
-    ``loose_constants``: see ``StateIndex.region``."""
+def _seeds(index, match):
+    """The nodes ``match`` names, or None when it names a state, a nested SDFG's node
+    or nothing."""
     seeds = []
     for _, ident in match.where:
         node = index.by_ident.get(ident)
         if node is None:   # a state, a nested SDFG's node, or gone
             return None
         seeds.append(node)
-    if not seeds:   # a whole-model match
-        return None
-    found = index.region(seeds, share, loose_constants)
-    if found is None:
-        return None
-    region, boundary = found
+    return seeds or None   # none: a whole-model match
+
+
+def _sdfg_context(index) -> str:
+    """What a region's figure reads from its SDFG beyond the region (once per step)."""
+    if "_context" not in index.__dict__:
+        import hashlib
+        import numpy as np
+        sdfg = index.sdfg
+        constants = sorted((k, hashlib.sha256(np.asarray(v).tobytes()).hexdigest()
+                            if isinstance(v, np.ndarray) else repr(v))
+                           for k, (_, v) in sdfg.constants_prop.items())
+        index._context = repr((sorted((k, str(v)) for k, v in sdfg.symbols.items()),
+                               constants))
+    return index._context
+
+
+def region_trial(sdfg, index, match, share: float = 1.0, twin: bool = True,
+                 loose_constants: bool = False, region=None, extra_seeds=()):
+    """The ``RegionTrial`` of ``match``, or None when it names a state, a nested SDFG's
+    node or nothing, or when its region is over ``share`` of the state.
+    ``loose_constants``: see ``StateIndex.region``; ``region``: its answer, known;
+    ``extra_seeds``: nodes the region holds besides the match's (a decision's)."""
+    if region is None:
+        seeds = _seeds(index, match)
+        if seeds is None:
+            return None
+        if any(node not in index.order for node in extra_seeds):   # a nested SDFG's
+            return None
+        region = index.region(seeds + list(extra_seeds), share, loose_constants)
+        if region is None:
+            return None
+    region, boundary = region
     before, ordered, live_edges = region_sdfg(sdfg, index, region)
     trial = copy.deepcopy(before) if twin else before
     before = before if twin else None

@@ -198,8 +198,11 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
         on the match's region when it can stand for the whole graph
         (``workbench.analysis.prediction``), else on a copy of the whole SDFG."""
         from dataclasses import replace
+        from workbench import transformation_api as transform
         known = self._this_step()
         key = _prediction_key(match)
+        if key not in known and transform.get(match.transformation).same_bytes:
+            known[key] = self._same_bytes_checked(match) if self.full_checks else 0
         if key not in known:
             try:
                 delta = self._predict_local(match)
@@ -210,6 +213,17 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
             except Exception:
                 known[key] = None
         return match if known[key] is None else replace(match, delta_bytes=known[key])
+
+    def _same_bytes_checked(self, match):
+        """A ``same_bytes`` transformation's prediction measured (full checks)."""
+        try:
+            delta = self._predict_whole(match)
+        except Exception:
+            return None
+        if delta != 0:
+            raise AssertionError(f"{match.transformation} declares the bytes moved unchanged; "
+                                 f"on {match.description} they change by {delta}")
+        return delta
 
     def remember_prediction(self, match, delta) -> None:
         """Keep ``delta`` as ``match``'s prediction at the current step: measured by a
@@ -225,7 +239,7 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
         known = self._this_step()
         return local_delta(self.sdfg, index, transform.get(match.transformation),
                            match, self.model.weights, known["operator names"],
-                           transform.apply_match)
+                           transform.apply_match, check=self.full_checks)
 
     def _predict_whole(self, match) -> int:
         """After - before on a copy of the whole SDFG (the reference the local figure

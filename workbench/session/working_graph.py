@@ -34,9 +34,9 @@ import warnings
 from dataclasses import dataclass
 
 import dace
-from dace.sdfg import nodes
 from dace.sdfg.graph import MultiConnectorEdge
 
+from workbench.analysis.decisions import NotLocal, named_nodes, onto
 from workbench.analysis.prediction import desc_json
 from workbench.session.shapes import Shape, advance, capture, install, installed
 
@@ -64,10 +64,6 @@ class Spliced:
     index: object
 
 
-class NotLocal(Exception):
-    """The step's result reaches outside its region: apply it to the whole graph."""
-
-
 def splice(sdfg, index, transformation, match, weights, names):
     """Apply ``match`` to its region and splice the result into ``sdfg`` (rules above).
 
@@ -83,7 +79,9 @@ def splice(sdfg, index, transformation, match, weights, names):
     # array, which the region does not hold) and rewrites the region by that decision.
     decision = transformation.decide(sdfg, match, weights) \
         if transformation.level == "global" else None
-    found = region_trial(sdfg, index, match)   # any share: a large region costs its copy
+    # any share: a large region costs its copy
+    found = region_trial(sdfg, index, match,
+                         extra_seeds=named_nodes(decision) if decision is not None else ())
     if found is None:
         return None
     region, boundary, before, trial, trial_state = (found.region, found.boundary, found.before,
@@ -94,7 +92,7 @@ def splice(sdfg, index, transformation, match, weights, names):
     removed = _record_removals(trial_state)
     new_weights = None if weights is None else dict(weights)
     try:
-        decided = None if decision is None else _onto(decision, copies, edge_copies)
+        decided = None if decision is None else onto(decision, copies, edge_copies)
     except NotLocal:
         return None
     transform.apply_match(transformation, trial, local, new_weights, checks=False,
@@ -119,27 +117,6 @@ def splice(sdfg, index, transformation, match, weights, names):
     new_index = index.after_splice(replaced, gone, added, gone_edges, added_edges, trial_state,
                                    {copies[b]: b for b in boundary})
     return Spliced(old, new, region_before, region_after, new_weights, new_index)
-
-
-def _onto(decision, copies: dict, edge_copies: dict):
-    """``decision`` with every live node and edge it names replaced by its region copy;
-    NotLocal when it names one outside the region."""
-    if isinstance(decision, nodes.Node):
-        if decision not in copies:
-            raise NotLocal("the decision names a node outside the region")
-        return copies[decision]
-    if isinstance(decision, MultiConnectorEdge):
-        if decision not in edge_copies:
-            raise NotLocal("the decision names an edge outside the region")
-        return edge_copies[decision]
-    if isinstance(decision, dict):
-        return {_onto(k, copies, edge_copies): _onto(v, copies, edge_copies)
-                for k, v in decision.items()}
-    if isinstance(decision, tuple) and hasattr(decision, "_fields"):   # a named tuple
-        return type(decision)(*(_onto(v, copies, edge_copies) for v in decision))
-    if isinstance(decision, (tuple, list, set, frozenset)):
-        return type(decision)(_onto(v, copies, edge_copies) for v in decision)
-    return decision
 
 
 def _record_removals(state) -> dict:
