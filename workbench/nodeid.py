@@ -147,6 +147,13 @@ def resolve(sdfg, ident: str):
     for state in owner.states():
         if state.label != state_label:
             continue
+        if holding_still():   # one pass per state, not one per identity
+            known = per_state(state, "nodes by identity", lambda: {
+                i: n for n, i in identities(owner, state).items()})
+            node = known.get(f"{_prefix(owner)}{last}")
+            if node is not None:
+                return owner, state, node
+            continue
         same = [n for n in state.nodes() if kind_and_name(n) == (kind, name)]
         if int(k) < len(same):
             return owner, state, same[int(k)]
