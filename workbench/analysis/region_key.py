@@ -47,6 +47,9 @@ def region_key(index, region, boundary, match, transformation, decision=None):
     if getattr(transformation, "needs_weights", True):
         return None
     arrays = {}
+    # what a node or memlet says apart from its arrays, once per step (``StateIndex``
+    # lives for one): regions overlap, a node is in twenty of them
+    held = index.__dict__.setdefault("_signatures", {})
     ordered = sorted(region, key=index.order.__getitem__)
     position = {node: i for i, node in enumerate(ordered)}
     try:
@@ -54,7 +57,7 @@ def region_key(index, region, boundary, match, transformation, decision=None):
                 tuple(sorted((role, position[index.by_ident[ident]])
                              for role, ident in match.where))]
         for node in ordered:
-            text.append(_node(node, arrays))
+            text.append(_node(node, arrays, held))
             text.append(node in boundary)
         edge_order = index.edge_order()
         state = index.state
@@ -62,7 +65,7 @@ def region_key(index, region, boundary, match, transformation, decision=None):
                        key=edge_order.__getitem__)
         for e in edges:
             text.append((position[e.src], e.src_conn, position[e.dst], e.dst_conn,
-                         _memlet(e.data, arrays)))
+                         _memlet(e.data, arrays, held)))
         if decision is not None:
             text.append(_decided(decision, position))
     except Unkeyed:
@@ -102,23 +105,33 @@ def _array(name, arrays: dict) -> int:
     return arrays.setdefault(name, len(arrays))
 
 
-def _node(node, arrays: dict):
+def _node(node, arrays: dict, held: dict):
+    fixed = held.get(node)
+    if fixed is None:
+        fixed = held[node] = _node_fixed(node)
+    if isinstance(node, nodes.AccessNode):
+        return fixed, _array(node.data, arrays)
+    return fixed
+
+
+def _node_fixed(node):
     if isinstance(node, nodes.NestedSDFG):
         raise Unkeyed("a nested SDFG")
     out = [type(node).__name__]
-    if isinstance(node, nodes.AccessNode):
-        out.append(_array(node.data, arrays))
     if isinstance(node, (nodes.MapEntry, nodes.MapExit)):
         out.append(_properties(node.map, _NAMES))
-    out.append(tuple(sorted(node.in_connectors)))
-    out.append(tuple(sorted(node.out_connectors)))
+    out.append(tuple(sorted((k, str(v)) for k, v in node.in_connectors.items())))
+    out.append(tuple(sorted((k, str(v)) for k, v in node.out_connectors.items())))
     out.append(_properties(node, _NAMES | {"data", "map", "in_connectors", "out_connectors"}))
     return tuple(out)
 
 
-def _memlet(memlet, arrays: dict):
-    return (_array(memlet.data, arrays),
-            _properties(memlet, {"data", "debuginfo", "guid"}))
+def _memlet(memlet, arrays: dict, held: dict):
+    fixed = held.get(id(memlet))
+    if fixed is None or fixed[0] is not memlet:   # the memlet kept: its id stays its own
+        fixed = held[id(memlet)] = (memlet, _properties(memlet, {"data", "debuginfo",
+                                                                 "guid"}))
+    return _array(memlet.data, arrays), fixed[1]
 
 
 def _properties(obj, skip: set) -> tuple:
