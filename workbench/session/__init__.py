@@ -4,7 +4,7 @@ import threading
 import uuid
 
 from workbench import analysis
-from workbench.errors import CheckFailed
+from workbench.errors import CheckFailed, TransformationError
 from workbench.session.history import History, Step
 from workbench.progress import SILENT
 from workbench.session.builds import SessionBuilds
@@ -198,10 +198,9 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
         on the match's region when it can stand for the whole graph
         (``workbench.analysis.prediction``), else on a copy of the whole SDFG."""
         from dataclasses import replace
-        from workbench import transformation_api as transform
         known = self._this_step()
         key = _prediction_key(match)
-        if key not in known and transform.get(match.transformation).same_bytes:
+        if key not in known and _same_bytes(match):
             known[key] = self._same_bytes_checked(match) if self.full_checks else 0
         if key not in known:
             try:
@@ -284,6 +283,16 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
             "memory": self.memory().to_dict(),
             "classes": self.class_table(),
         }
+
+
+def _same_bytes(match) -> bool:
+    """Whether ``match``'s transformation declares the bytes moved unchanged (False for
+    one no longer registered: its prediction then fails where it is measured)."""
+    from workbench import transformation_api as transform
+    try:
+        return transform.get(match.transformation).same_bytes
+    except TransformationError:
+        return False
 
 
 def _prediction_key(match) -> tuple:

@@ -21,10 +21,12 @@ class SessionBuilds:
         self._timed_build = None
         self._timed_key = None
 
-    def build(self, target: str = "cpu", whole: bool = False):
+    def build(self, target: str = "cpu", whole: bool = False, again: bool = False):
         """Compile the current SDFG (reused while the SDFG is unchanged). ``whole``: as one
-        program, never by units (``build.units``), as an exported program must be."""
-        key = (target, self._sdfg_key()) + (("whole",) if whole else ())
+        program, never by units (``build.units``), as an exported program must be.
+        ``again``: the caller runs the same step in a loop (training steps), see
+        ``_sdfg_key``."""
+        key = (target, self._sdfg_key(again)) + (("whole",) if whole else ())
         build = self._builds.pop(key, None)
         if build is None:
             slot = self._free_slot()
@@ -41,9 +43,9 @@ class SessionBuilds:
             release(build)
         self._init_builds()
 
-    def _runnable_build(self, target: str, arch: str):
+    def _runnable_build(self, target: str, arch: str, again: bool = False):
         if target != "gpu":
-            return self.build(target)
+            return self.build(target, again=again)
         from workbench.build.cuda import load_cuda, require_cuda_device
         require_cuda_device()  # before spending a build on it
         build = self.build("gpu")
@@ -101,13 +103,27 @@ class SessionBuilds:
             self._timed_key = key
         return self._timed_build
 
-    def _sdfg_key(self) -> str:
-        # The canonical JSON, as undo restores it (DaCe's hash_sdfg differs between an
-        # SDFG and its JSON round trip, so a restored state never matched its build).
-        # Kept for the step (``_this_step``): writing it took 250 ms of every run of a
-        # BERT layer's training program, 1.5x the step itself.
+    def _sdfg_key(self, again: bool = False) -> str:
+        """The canonical JSON's hash, as undo restores it (DaCe's hash_sdfg differs
+        between an SDFG and its JSON round trip, so a restored state never matched its
+        build). ``again``: the key kept for the step (``_this_step``) while every node,
+        edge, array and implementation is the same object and choice: writing the JSON
+        took 250 ms of every step of a BERT layer's training program, 1.5x the step.
+        Elsewhere it is written every time, so that an SDFG changed in place (a node's
+        implementation set by hand) is built as it is."""
         known = self._this_step()
-        if "build key" not in known:
-            known["build key"] = hashlib.sha256(
-                canonical_json(self.sdfg, guids=True).encode()).hexdigest()
-        return known["build key"]
+        guard = _guard(self.sdfg) if again else None
+        if again and known.get("build key guard") == guard:
+            return known["build key"]
+        key = hashlib.sha256(canonical_json(self.sdfg, guids=True).encode()).hexdigest()
+        known["build key"], known["build key guard"] = key, guard or _guard(self.sdfg)
+        return key
+
+
+def _guard(sdfg) -> tuple:
+    """What changes when a node, an edge or an array is added, removed or replaced, or an
+    implementation is chosen (a few ms; the key's JSON takes 100x that)."""
+    return (tuple((id(n), getattr(n, "implementation", None))
+                  for n, _ in sdfg.all_nodes_recursive()),
+            tuple(id(e.data) for e, _ in sdfg.all_edges_recursive()),
+            tuple((name, id(desc)) for name, desc in sdfg.arrays.items()))

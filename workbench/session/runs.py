@@ -37,7 +37,7 @@ class SessionRuns:
         then names the input, not the output: its next value, which passed back as
         that input is not copied again (``workbench.runtime.isolated.call``). It holds
         until the next run of the same program; copy it to keep it longer."""
-        build = self._runnable_build(target, arch)
+        build = self._runnable_build(target, arch, again=bool(carry))
         args, results = self.call_args(build, inputs)
         carried = {}
         if carry:
