@@ -19,47 +19,40 @@ class NotLocal(Exception):
 def named_nodes(decision) -> list:
     """Every node ``decision`` names, with both ends of every edge it names."""
     found = []
-    _walk(decision, found)
+    _map(decision, lambda node: found.append(node) or node,
+         lambda edge: found.extend((edge.src, edge.dst)) or edge)
     return found
-
-
-def _walk(value, found: list) -> None:
-    if isinstance(value, nodes.Node):
-        found.append(value)
-    elif isinstance(value, MultiConnectorEdge):
-        found += [value.src, value.dst]
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _walk(k, found)
-            _walk(v, found)
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for field in dataclasses.fields(value):
-            _walk(getattr(value, field.name), found)
-    elif isinstance(value, (tuple, list, set, frozenset)):
-        for v in value:
-            _walk(v, found)
 
 
 def onto(decision, copies: dict, edge_copies: dict):
     """``decision`` with every live node and edge it names replaced by its region copy;
     NotLocal when it names one outside the region."""
-    if isinstance(decision, nodes.Node):
-        if decision not in copies:
+    def node(n):
+        if n not in copies:
             raise NotLocal("the decision names a node outside the region")
-        return copies[decision]
-    if isinstance(decision, MultiConnectorEdge):
-        if decision not in edge_copies:
+        return copies[n]
+
+    def edge(e):
+        if e not in edge_copies:
             raise NotLocal("the decision names an edge outside the region")
-        return edge_copies[decision]
-    if isinstance(decision, dict):
-        return {onto(k, copies, edge_copies): onto(v, copies, edge_copies)
-                for k, v in decision.items()}
-    if dataclasses.is_dataclass(decision) and not isinstance(decision, type):
-        return dataclasses.replace(decision, **{
-            f.name: onto(getattr(decision, f.name), copies, edge_copies)
-            for f in dataclasses.fields(decision) if f.init})
-    if isinstance(decision, tuple) and hasattr(decision, "_fields"):   # a named tuple
-        return type(decision)(*(onto(v, copies, edge_copies) for v in decision))
-    if isinstance(decision, (tuple, list, set, frozenset)):
-        return type(decision)(onto(v, copies, edge_copies) for v in decision)
-    return decision
+        return edge_copies[e]
+    return _map(decision, node, edge)
+
+
+def _map(value, node, edge):
+    """``value`` with ``node(n)`` for every node and ``edge(e)`` for every edge in it,
+    through dicts, dataclasses, named tuples, tuples, lists and sets."""
+    if isinstance(value, nodes.Node):
+        return node(value)
+    if isinstance(value, MultiConnectorEdge):
+        return edge(value)
+    if isinstance(value, dict):
+        return {_map(k, node, edge): _map(v, node, edge) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: _map(getattr(value, f.name), node, edge)
+                                             for f in dataclasses.fields(value) if f.init})
+    if isinstance(value, tuple) and hasattr(value, "_fields"):   # a named tuple
+        return type(value)(*(_map(v, node, edge) for v in value))
+    if isinstance(value, (tuple, list, set, frozenset)):
+        return type(value)(_map(v, node, edge) for v in value)
+    return value

@@ -29,9 +29,11 @@ whole graph (``Session.predict``). tests/test_gui_predictions.py compares
 both on every match of bundled models and on a sample of a ViT-tiny export.
 """
 import copy
+import hashlib
 from dataclasses import dataclass
 
 import dace
+import numpy as np
 from dace.sdfg import nodes
 
 from workbench import nodeid
@@ -60,19 +62,15 @@ def local_delta(sdfg: dace.SDFG, index: StateIndex, transformation, match, weigh
 
     A region whose key was measured before gives that figure; ``check`` measures it
     again and raises AssertionError when they differ (``Session.full_checks``)."""
-    seeds = _seeds(index, match)
-    if seeds is None:
-        return None
     decision = None
     if transformation.level == "global" and getattr(transformation, "region_rewrite", False):
         # decided on the whole program, rewritten in the region (as a spliced step is)
         # on the live graph, which holds still for the step: its analyses are kept
         with nodeid.graph_unchanged(index.__dict__.setdefault("_held", {})):
             decision = transformation.decide(sdfg, match, weights)
-        extra = named_nodes(decision)
-        if any(node not in index.order for node in extra):   # a nested SDFG's
-            return None
-        seeds += extra
+    seeds = _seeds(index, match, named_nodes(decision) if decision is not None else ())
+    if seeds is None:
+        return None
     loose = not getattr(transformation, "needs_weights", True)
     region = index.region(seeds, MAX_REGION_SHARE, loose)
     if region is None:
@@ -144,23 +142,23 @@ class RegionTrial:
     kept: dict               # array used outside the region -> its descriptor's JSON
 
 
-def _seeds(index, match):
-    """The nodes ``match`` names, or None when it names a state, a nested SDFG's node
-    or nothing."""
+def _seeds(index, match, extra=()):
+    """The nodes ``match`` names and ``extra``, or None when it names a state, a nested
+    SDFG's node or nothing, or ``extra`` holds a nested SDFG's node."""
     seeds = []
     for _, ident in match.where:
         node = index.by_ident.get(ident)
         if node is None:   # a state, a nested SDFG's node, or gone
             return None
         seeds.append(node)
-    return seeds or None   # none: a whole-model match
+    if not seeds or any(node not in index.order for node in extra):   # whole-model; nested
+        return None
+    return seeds + list(extra)
 
 
 def _sdfg_context(index) -> str:
     """What a region's figure reads from its SDFG beyond the region (once per step)."""
     if "_context" not in index.__dict__:
-        import hashlib
-        import numpy as np
         sdfg = index.sdfg
         constants = sorted((k, hashlib.sha256(np.asarray(v).tobytes()).hexdigest()
                             if isinstance(v, np.ndarray) else repr(v))
@@ -177,12 +175,10 @@ def region_trial(sdfg, index, match, share: float = 1.0, twin: bool = True,
     ``loose_constants``: see ``StateIndex.region``; ``region``: its answer, known;
     ``extra_seeds``: nodes the region holds besides the match's (a decision's)."""
     if region is None:
-        seeds = _seeds(index, match)
+        seeds = _seeds(index, match, extra_seeds)
         if seeds is None:
             return None
-        if any(node not in index.order for node in extra_seeds):   # a nested SDFG's
-            return None
-        region = index.region(seeds + list(extra_seeds), share, loose_constants)
+        region = index.region(seeds, share, loose_constants)
         if region is None:
             return None
     region, boundary = region
