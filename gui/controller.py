@@ -101,6 +101,9 @@ class Controller(ProgramRuns, QObject):
 
         def work(job):
             settle_long_lived_objects()
+            # the listing worker opens a large model beside this process (replica rule 7)
+            threading.Thread(target=listing.prepare_worker, daemon=True,
+                             args=(self.replica, model, self.replica_min_nodes)).start()
             return workbench.open(model, progress=self.progress)
 
         def done(ws):

@@ -16,7 +16,7 @@ the other transformations refuse the selected nodes (``gui.refusal_list``).
 """
 import time
 
-from PyQt5.QtCore import QEvent, Qt
+from PyQt5.QtCore import QEvent, Qt, QTimer
 from PyQt5.QtGui import QBrush, QColor, QFont
 from PyQt5.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QTabWidget, QTreeWidget,
                              QTreeWidgetItem, QVBoxLayout, QWidget)
@@ -38,6 +38,7 @@ def level_of(name: str) -> str:
 NO_CHANGE = "No change"   # the group of matches predicted to move the same bytes
 GROUP = Qt.UserRole + 1     # a group row's key: its transformation, or NO_CHANGE
 RESORT_ROWS, RESORT_S = 1000, 3.0   # a list this long is re-sorted this often while predicting
+ROW_CHUNK = 500   # rows made in one turn of the event loop (~15 ms)
 
 
 def _group(item) -> str:
@@ -80,6 +81,7 @@ class TransformPanel(QWidget):
         self._groups = {}              # level -> group key -> its row, kept between refreshes
         self._items = {}               # level -> match -> (its row, what its texts show)
         self._sorted_at = {}           # level -> when its rows were last laid out in order
+        self._spare = {}               # match -> (its row, texts) made ahead of a layout
         self.scope = QLabel("")
         self.scope.setWordWrap(True)
         self.tabs = QTabWidget()
@@ -148,6 +150,9 @@ class TransformPanel(QWidget):
     def show_matches(self, matches, predicted: bool) -> None:
         keep = self.current_match()
         self.predicted = predicted
+        if self._spare:   # rows made ahead for a list this one replaces
+            listed = set(matches)
+            self._spare = {m: row for m, row in self._spare.items() if m in listed}
         self.matches_by_level = {level: [] for level in LEVELS}
         levels = {}
         for m in matches:
@@ -188,7 +193,7 @@ class TransformPanel(QWidget):
         most every ``RESORT_S`` seconds until the last prediction; in between its rows
         take their new figures where they stand."""
         shown = (self.predicted, tuple((id(m), m.delta_bytes) for m in found))
-        if self._shown.get(level) == shown:
+        if self._shown.get(level) == shown or self._rows_pending(tree, level, found, keep):
             return
         self._shown[level] = shown
         if (not self.predicted and len(found) > RESORT_ROWS
@@ -222,7 +227,8 @@ class TransformPanel(QWidget):
             self._colour(group, best)
             children = []
             for m in members:
-                items[m] = self._row(old_items.get(m), m, name == NO_CHANGE)
+                kept = old_items.get(m) or self._spare.pop(m, None)
+                items[m] = self._row(kept, m, name == NO_CHANGE)
                 item = items[m][0]
                 children.append(item)
                 self._row_match[id(item)] = m
@@ -243,6 +249,25 @@ class TransformPanel(QWidget):
         tree.verticalScrollBar().setValue(scroll)
         tree.blockSignals(False)
         tree.setUpdatesEnabled(True)
+
+    def _rows_pending(self, tree, level, found, keep) -> bool:
+        """True while ``found`` has more rows to create than one turn of the event loop
+        should take: ``ROW_CHUNK`` of them are made now (kept in ``_spare``) and the
+        layout is tried again on the next turn. A training program's 4,243 new rows
+        made at once held the window for 110-125 ms."""
+        items = self._items.get(level, {})
+        missing = [m for m in found if m not in items and m not in self._spare]
+        if len(missing) <= ROW_CHUNK:
+            return False
+        for m in missing[:ROW_CHUNK]:
+            self._spare[m] = self._row(None, m, False)
+
+        def again():
+            if self.matches_by_level.get(level) is found:   # else a newer list came
+                self._fill(tree, level, found, keep)
+                self._note_on_screen()
+        QTimer.singleShot(5, again)   # a timer: input and paints go between chunks
+        return True
 
     def _update_in_place(self, level, found) -> bool:
         """New predictions written into the rows where they stand; False when ``found``

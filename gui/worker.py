@@ -27,6 +27,8 @@ from PyQt5.QtCore import QObject, QThread, pyqtSignal
 from workbench.errors import Cancelled as _CoreCancelled
 from workbench.progress import Progress
 
+_NOTHING = object()   # no intermediate result waiting
+
 
 class Cancelled(_CoreCancelled):
     """Raised at a phase boundary once the user has cancelled the job."""
@@ -60,7 +62,7 @@ class QtProgress(QObject, Progress):
 
 class Job(QObject):
     """One call to run off the UI thread: ``fn(job)`` returns the result."""
-    partial = pyqtSignal(object)
+    partial = pyqtSignal()
 
     def __init__(self, lane: str, title: str, fn, cancellable: bool, on_done, on_error,
                  on_partial):
@@ -68,16 +70,26 @@ class Job(QObject):
         self.lane, self.title, self.fn, self.cancellable = lane, title, fn, cancellable
         self.on_done, self.on_error = on_done, on_error
         self.cancelled = False
+        self._partial, self._partial_lock = _NOTHING, threading.Lock()
         if on_partial is not None:
             self.partial.connect(self._deliver_partial)
             self._on_partial = on_partial
 
     def report(self, value) -> None:
-        """From the worker: hand an intermediate result to the UI thread."""
-        self.partial.emit(value)
+        """From the worker: hand an intermediate result to the UI thread. Each result
+        replaces the one before it, so the UI thread takes only the newest: reports
+        queued while it was busy (a training program's listing, 15-20 ms each to show)
+        used to run back to back and held the window for 150 ms."""
+        with self._partial_lock:
+            waiting = self._partial is not _NOTHING
+            self._partial = value
+        if not waiting:
+            self.partial.emit()
 
-    def _deliver_partial(self, value):
-        if not self.cancelled:
+    def _deliver_partial(self):
+        with self._partial_lock:
+            value, self._partial = self._partial, _NOTHING
+        if value is not _NOTHING and not self.cancelled:
             self._on_partial(value)
 
 

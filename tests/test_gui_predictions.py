@@ -331,3 +331,47 @@ def test_window_lists_in_the_worker_process(qtbot, window):
     assert "peak live" in w.profile.movement.text()
     w.ctl.shutdown()
     assert w.ctl.replica.proc is None
+
+
+def test_a_long_list_is_laid_out_over_several_turns(qtbot, window):
+    """Rows are made ``ROW_CHUNK`` per turn of the event loop before the layout (a
+    training program's 4,243 rows at once held the window for 110-125 ms)."""
+    import dataclasses
+    from gui import transform_panel
+    w = window
+    w.open_model("mbconv")
+    wait_idle(qtbot, w)
+    tree = w.transforms.tabs.currentWidget()
+    level = next(k for k, t in w.transforms.trees.items() if t is tree)
+    base = w.transforms.matches_by_level[level][0]
+    n = 2 * transform_panel.ROW_CHUNK + 7
+    many = [dataclasses.replace(base, description=f"{base.description} #{k}",
+                                delta_bytes=-k) for k in range(n)]
+    w.transforms.show_matches(many, True)
+    assert len(match_items(tree)) < n          # the rows are still being made
+    qtbot.waitUntil(lambda: len(match_items(tree)) == n, timeout=10_000)
+    shown = [item.data(0, Qt.UserRole) for item in match_items(tree)]
+    assert [m.delta_bytes for m in shown] == sorted(m.delta_bytes for m in many)
+    assert w.transforms._spare == {}           # every row made ahead was used
+
+
+def test_reports_queued_while_the_window_was_busy_arrive_as_the_newest(qtbot):
+    """``Job.report``: a worker's intermediate results replace each other, so the UI
+    thread shows only the newest (back-to-back listings held it for 150 ms)."""
+    import threading
+    from gui.worker import Runner
+    runner = Runner()
+    reported, release, got, done = threading.Event(), threading.Event(), [], []
+
+    def work(job):
+        for k in range(50):
+            job.report(k)
+        reported.set()
+        release.wait(30)
+        return "end"
+    runner.submit("session", "reports", work, on_done=done.append, on_partial=got.append)
+    assert reported.wait(30)    # all 50 reported before the UI thread looks
+    qtbot.waitUntil(lambda: got == [49], timeout=10_000)
+    release.set()
+    qtbot.waitUntil(lambda: done == ["end"], timeout=10_000)
+    assert got == [49]

@@ -120,3 +120,32 @@ def test_a_model_changed_on_disk_is_not_listed_from_the_new_file(worker, tmp_pat
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
     with pytest.raises(ReplicaFailed, match="changed on disk"):
         worker.listing(spec, replica.state(ws), None, lambda: False, lambda: (), lambda _: None)
+
+
+def test_a_model_opened_ahead_is_kept_for_the_windows_spec(worker, tmp_path):
+    """Rule 7: the worker opens a large model while the window does; the window's own
+    spec (its shapes, read from the session it opened) then keeps that session."""
+    import onnx
+    from workbench.session import listing
+    from workbench.session.replica_worker import _Worker
+    path = tmp_path / "mbconv.onnx"
+    onnx.save(onnx.load(str(workbench.resolve_model("mbconv"))), str(path))
+    ws = workbench.open(str(path))
+    w = _Worker(conn=None)
+    w._open(replica.model_spec(str(path)))
+    ahead = w.ws
+    assert ahead is not None and w.open_error is None
+    w._open(replica.spec(ws))
+    assert w.ws is ahead   # the same file, stamp and shapes: kept
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
+    changed = replica.spec(workbench.open(str(path)))
+    w._open(changed)
+    assert w.ws is not ahead and w.open_error is None   # the file changed: opened again
+
+    # through the window's calls: a model too small for the worker is not opened there
+    assert not listing.prepare_worker(worker, str(path), min_nodes=10**6)
+    assert worker.proc is None
+    assert listing.prepare_worker(worker, str(path), min_nodes=2)
+    assert worker.proc is not None
+    ws = workbench.open(str(path))
+    same(listed(worker, ws), ws.transformations(predict=True))

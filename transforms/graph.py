@@ -146,3 +146,33 @@ def _dataflow_steps(state):
         if a is not b:
             graph.add_edge(a, b)
     return graph, step
+
+
+def step_ancestors(state):
+    """(before, order) over ``dataflow_steps(state)``: ``before[s]`` has bit
+    ``order[t]`` set for every step ``t`` that must finish before step ``s`` starts.
+    One pass in topological order, kept like ``dataflow_steps``: a breadth-first search
+    per question took 3.5 s of a ViT-tiny training program's predictions."""
+    return nodeid.per_state(state, "step_ancestors", lambda: _step_ancestors(state))
+
+
+def _step_ancestors(state):
+    import networkx as nx
+    graph, _ = dataflow_steps(state)
+    topo = list(nx.topological_sort(graph))
+    order = {n: i for i, n in enumerate(topo)}
+    before = {}
+    for n in topo:
+        bits = 0
+        for p in graph.predecessors(n):
+            bits |= before[p] | (1 << order[p])
+        before[n] = bits
+    return before, order
+
+
+def step_bits(order, steps) -> int:
+    """The bit set of ``steps`` (keys of ``order``)."""
+    bits = 0
+    for n in steps:
+        bits |= 1 << order[n]
+    return bits

@@ -53,6 +53,14 @@ def open_session(folder, progress=SILENT, trust: bool = None):
     return Session.open_folder(folder, progress, trust=trust)
 
 
+def source_name(model) -> str:
+    """What a session opened from ``model`` keeps as its source: a bundled or zoo
+    model's name, else the file's resolved path."""
+    if str(model) in _bundled() or _is_zoo(model):
+        return str(model)
+    return str(resolve_model(model).resolve())
+
+
 def open(model, input_shapes: dict = None, name: str = None, progress=SILENT,  # noqa: A001
          session_dir=None, memory_budget=None, trust: bool = None):
     """Import a model and return a Session over it.
@@ -91,8 +99,7 @@ def open(model, input_shapes: dict = None, name: str = None, progress=SILENT,  #
                             memory_budget=memory_budget)
     ws = Session(imported, progress)
     if not isinstance(model, onnx.ModelProto):
-        ws.source = (str(model) if str(model) in _bundled() or _is_zoo(model)
-                     else str(Path(source).resolve()))
+        ws.source = source_name(model)
     if session_dir is not None:
         ws.save(session_dir)
     return ws

@@ -17,11 +17,11 @@ The first input that qualifies is chosen. Bytes moved stay the same; the
 program needs one buffer less, and the write lands on cache lines it just
 read instead of allocating fresh ones.
 """
-import networkx as nx
 from dace import data as dt
 
 from transforms.global_.lifetimes import other_uses
-from transforms.graph import access_nodes, dataflow_steps, rename_arrays, shape_text
+from transforms.graph import (access_nodes, dataflow_steps, rename_arrays, shape_text,
+                              step_ancestors, step_bits)
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.elementwise import ELEMENTWISE
 from workbench.transformation_api import Refusal, register
@@ -71,11 +71,13 @@ def overwritable_input(sdfg, state, node):
         if type(desc) is not dt.Array or not _only_here(sdfg, state, x.data):
             why.append(f"'{x.data}' is a view or used in another state")
             continue
-        earlier = earlier if earlier is not None else nx.ancestors(graph, step(node))
+        if earlier is None:
+            before, order = step_ancestors(state)
+            earlier = before[step(node)]
         # Through every other access node of X and every View of X (a reader of a
         # View reads X's memory): lifetimes.other_uses; None when not exact.
         users = other_uses(sdfg, state, x.data, x, (graph, step))
-        if users is not None and users <= earlier:
+        if users is not None and step_bits(order, users) & ~earlier == 0:
             return x
         why.append(f"'{x.data}' is used again after {node.onnx_name}" if users is not None
                    else f"the order of the other uses of '{x.data}' is not fixed yet")

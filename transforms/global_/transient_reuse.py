@@ -26,11 +26,10 @@ same; the memory the program touches shrinks, and with it cache and TLB
 misses. Apply it last: it makes one array hold several values, which
 rewrites that expect one writer per array no longer match.
 """
-import networkx as nx
 from dace import data as dt
 
 from transforms.global_.lifetimes import families
-from transforms.graph import dataflow_steps, ident, rename_arrays
+from transforms.graph import dataflow_steps, ident, rename_arrays, step_ancestors, step_bits
 from workbench import nodeid
 from workbench.errors import TransformationError
 from workbench.transformation_api import Transformation, register
@@ -50,23 +49,11 @@ def _interstate_names(sdfg) -> set:
 
 def plan(sdfg, state) -> list:
     """Pools of array names (the first names the shared buffer), two or more each."""
-    graph, step = steps = dataflow_steps(state)
-    topo = list(nx.topological_sort(graph))
-    order = {n: i for i, n in enumerate(topo)}
-    # every step's ancestors as a bit set, in one pass in topological order: a search
-    # per step took 13 s of 28 on a ViT-tiny training program (4,671 nodes)
-    before = {}
-    for n in topo:
-        bits = 0
-        for p in graph.predecessors(n):
-            bits |= before[p] | (1 << order[p])
-        before[n] = bits
+    steps = dataflow_steps(state)
+    before, order = step_ancestors(state)
 
     def mask(nodes) -> int:
-        bits = 0
-        for n in nodes:
-            bits |= 1 << order[n]
-        return bits
+        return step_bits(order, nodes)
 
     elsewhere = {root for s in sdfg.states() if s is not state
                  for root in families(sdfg, s)} | _interstate_names(sdfg)

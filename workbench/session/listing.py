@@ -62,6 +62,26 @@ def worker_request(ws, min_nodes=REPLICA_MIN_NODES):
     return None if spec is None else (spec, replica.state(ws))
 
 
+def prepare_worker(replica, model, min_nodes=REPLICA_MIN_NODES) -> bool:
+    """Have ``replica`` open the model file ``model`` now, while the caller opens it
+    too, when its graph is large enough to be listed there (``worker_request``): an
+    operator makes at least two graph nodes (itself and its output). True when asked."""
+    import onnx
+    import workbench
+    from workbench.session import replica as replicas
+    if min_nodes is None or isinstance(model, onnx.ModelProto):
+        return False
+    try:
+        graph = onnx.load(str(workbench.resolve_model(model)), load_external_data=False).graph
+        spec = replicas.model_spec(model)
+    except Exception:   # not an ONNX file: the caller's own open says what is wrong
+        return False
+    if 2 * len(graph.node) < min_nodes:
+        return False
+    replica.prepare(spec)
+    return True
+
+
 def predict_all(ws, matches, job, lock, wanted=lambda: (), every_s: float = 0.5) -> list:
     """Each match with ``delta_bytes``: bytes moved after applying it to a copy, minus now.
 

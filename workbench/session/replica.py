@@ -32,6 +32,10 @@ Rules:
    the end of the list while the worker takes the wanted rows and then the
    front; both run at a lower priority than the window (``os.nice``), whose
    UI thread must get a core whenever it asks.
+7. A large model file is opened in the worker while the window opens it
+   (``prepare``): opening a ViT-tiny training program takes 5-6 s in each process,
+   and the first listing waited for both in turn. The window's own spec then names
+   the same source, stamp and shapes, and the worker keeps what it opened.
 """
 import itertools
 import logging
@@ -50,12 +54,23 @@ def spec(ws):
     comes first: it stays the same when the first step creates the session folder."""
     shapes = {i.onnx_name: list(i.shape) for i in ws.inputs}
     if ws.source is not None:
-        path = Path(ws.source)
-        stamp = [path.stat().st_size, path.stat().st_mtime_ns] if path.is_file() else None
-        return {"source": ws.source, "shapes": shapes, "stamp": stamp}
+        return {"source": ws.source, "shapes": shapes, "stamp": _stamp(ws.source)}
     if ws.folder is not None and (Path(ws.folder) / "session.json").is_file():
         return {"folder": str(ws.folder), "shapes": shapes}
     return None
+
+
+def _stamp(source):
+    path = Path(source)
+    return [path.stat().st_size, path.stat().st_mtime_ns] if path.is_file() else None
+
+
+def model_spec(model) -> dict:
+    """The spec of ``model`` (a path, a bundled or zoo name) opened with its own input
+    shapes, before the window has opened it (``Replica.prepare``)."""
+    import workbench
+    source = workbench.source_name(model)
+    return {"source": source, "shapes": None, "stamp": _stamp(source)}
 
 
 def state(ws) -> dict:
@@ -123,6 +138,12 @@ class Replica:
         finally:
             self._end(rid)
 
+    def prepare(self, spec_) -> None:
+        """Start the worker opening ``spec_`` (``file_spec``) while the window opens it
+        too: the first listing of a large model then finds it open (rule 7)."""
+        with self._cond:
+            self._opening(spec_)
+
     def analysis(self, spec_, state_, runtime: dict = None):
         """``(data movement, operator-class table, memory figure)`` of the step ``state_``
         names, as ``Session.data_movement()``, ``Session.class_table(runtime)`` and
@@ -152,16 +173,21 @@ class Replica:
             self._spec = None
             self._cond.notify_all()
 
+    def _opening(self, spec_) -> None:
+        """The worker running (started again after a crash, rule 5) with ``spec_`` asked
+        for. Called holding ``_cond``."""
+        if self.proc is not None and self.proc.poll() is not None:
+            self.close()
+        if self.proc is None:
+            self.proc, self.conn, self.errors = \
+                worker_process.start("workbench.session.replica_worker")
+        if spec_ != self._spec:
+            self.conn.send(("open", spec_))
+            self._spec = spec_
+
     def _begin(self, spec_, kind, *args) -> int:
         with self._cond:
-            if self.proc is not None and self.proc.poll() is not None:
-                self.close()   # crashed since the last request (rule 5)
-            if self.proc is None:
-                self.proc, self.conn, self.errors = \
-                    worker_process.start("workbench.session.replica_worker")
-            if spec_ != self._spec:
-                self.conn.send(("open", spec_))
-                self._spec = spec_
+            self._opening(spec_)
             rid = next(self._ids)
             self._inbox[rid] = deque()
             self.conn.send((kind, rid, *args))

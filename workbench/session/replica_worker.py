@@ -28,7 +28,7 @@ _ENDED = object()
 class _Worker:
     def __init__(self, conn):
         self.conn = conn
-        self.ws = None
+        self.ws = self.ws_spec = None
         self.open_error = "no session was opened"
         self.queued = deque()   # requests that arrived while a listing ran
 
@@ -52,6 +52,8 @@ class _Worker:
     def _open(self, spec_) -> None:
         import workbench
         from workbench.session import Session
+        if self._opened_as(spec_):
+            return
         self.ws, self.open_error = None, None
         try:
             if "folder" in spec_:
@@ -62,8 +64,19 @@ class _Worker:
                         [path.stat().st_size, path.stat().st_mtime_ns] != spec_["stamp"]:
                     raise ReplicaFailed(f"'{path}' changed on disk since the window opened it")
                 self.ws = workbench.open(spec_["source"], input_shapes=spec_["shapes"])
+                self.ws_spec = spec_
         except Exception as e:
             self.open_error = f"{type(e).__name__}: {e}"
+
+    def _opened_as(self, spec_) -> bool:
+        """True when the session open now is ``spec_``'s untouched: the same file and
+        shapes, opened ahead by ``Replica.prepare`` with the model's own (rule 7)."""
+        ws, before = self.ws, getattr(self, "ws_spec", None)
+        if ws is None or before is None or "source" not in spec_ or ws.history:
+            return False
+        shapes = {i.onnx_name: list(i.shape) for i in ws.inputs}
+        return (before["source"] == spec_["source"] and before["stamp"] == spec_["stamp"]
+                and (spec_["shapes"] is None or spec_["shapes"] == shapes))
 
     def _session(self):
         if self.ws is None:
