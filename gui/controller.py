@@ -28,7 +28,7 @@ from gui import sessions
 from gui.profile_names import as_shown
 from gui.check_lane import CheckLane
 from gui.program_runs import ProgramRuns
-from gui.qtapp import settle_long_lived_objects
+from gui.qtapp import settle_long_lived_objects, settle_session
 from gui.worker import QtProgress, Runner
 from workbench.runtime.threads import DEFAULT_THREADS
 from workbench.session import listing
@@ -104,7 +104,7 @@ class Controller(ProgramRuns, QObject):
             # the listing worker opens a large model beside this process (replica rule 7)
             threading.Thread(target=listing.prepare_worker, daemon=True,
                              args=(self.replica, model, self.replica_min_nodes)).start()
-            return workbench.open(model, progress=self.progress)
+            return settle_session(workbench.open(model, progress=self.progress))
 
         def done(ws):
             if autosave:
@@ -129,7 +129,8 @@ class Controller(ProgramRuns, QObject):
 
         def work(job):
             settle_long_lived_objects()
-            return workbench.open_session(folder, progress=self.progress, trust=trust)
+            return settle_session(workbench.open_session(folder, progress=self.progress,
+                                                         trust=trust))
 
         def failed(error):
             if isinstance(error, UntrustedSDFGError):
