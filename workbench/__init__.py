@@ -62,12 +62,14 @@ def source_name(model) -> str:
 
 
 def open(model, input_shapes: dict = None, name: str = None, progress=SILENT,  # noqa: A001
-         session_dir=None, memory_budget=None, trust: bool = None):
+         session_dir=None, memory_budget=None, trust: bool = None, symbolic=()):
     """Import a model and return a Session over it.
 
     ``model`` is a path to an .onnx file, a bundled model name (``"mlp"``,
     ``"bert-layer"``, ...) or an ``onnx.ModelProto``. ``input_shapes`` fixes
     symbolic dims: ``{"input": [1, 3, 224, 224]}`` or ``{"batch": 1}``.
+    ``symbolic`` names symbolic dims (``["batch"]``) kept as symbols of one program for
+    every size; ``input_shapes`` then gives their default sizes.
     With ``session_dir`` the session autosaves there after every step.
     ``memory_budget`` (bytes, or a size such as ``"16G"``; default
     ``$WORKBENCH_MEMORY_BUDGET`` or 8 GiB) refuses a model whose tensors need
@@ -96,7 +98,7 @@ def open(model, input_shapes: dict = None, name: str = None, progress=SILENT,  #
             input_shapes, name = {**entry.shapes, **(input_shapes or {})}, name or entry.name
         name = name or (str(model) if str(model) in _bundled() else source.stem)
     imported = import_model(source, input_shapes=input_shapes, name=name, progress=progress,
-                            memory_budget=memory_budget)
+                            memory_budget=memory_budget, symbolic=symbolic)
     ws = Session(imported, progress)
     if not isinstance(model, onnx.ModelProto):
         ws.source = source_name(model)

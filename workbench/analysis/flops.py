@@ -8,6 +8,7 @@ import math
 from collections import Counter
 
 from workbench.ops.node import OnnxOp
+from workbench.analysis.sizes import number
 
 # FLOPs per output element for element-wise style ops.
 PER_ELEMENT = {
@@ -33,7 +34,7 @@ def _shapes(node, state, which):
     edges = state.in_edges(node) if which == "in" else state.out_edges(node)
     sdfg = state.parent
     conn = (lambda e: e.dst_conn) if which == "in" else (lambda e: e.src_conn)
-    return {conn(e): tuple(int(s) for s in sdfg.arrays[e.data.data].shape) for e in edges}
+    return {conn(e): tuple(number(s) for s in sdfg.arrays[e.data.data].shape) for e in edges}
 
 
 def node_flops(node: OnnxOp, state) -> int:

@@ -24,6 +24,8 @@ import dace
 from dace import data as dt
 from dace.sdfg import nodes
 
+from workbench.analysis.sizes import number
+
 
 @dataclass
 class MemoryFigure:
@@ -38,7 +40,7 @@ class MemoryFigure:
 
 def _bytes(desc) -> int:
     try:
-        return int(desc.total_size) * desc.dtype.bytes
+        return number(desc.total_size) * desc.dtype.bytes
     except (TypeError, ValueError):   # a symbolic size: not counted
         return 0
 

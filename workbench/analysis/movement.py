@@ -30,6 +30,7 @@ from dace.sdfg.propagation import propagate_memlets_sdfg
 
 from workbench.ops.node import OnnxOp
 from workbench.ops.registry import OWNER_SEPARATOR, moved_inside
+from workbench.analysis.sizes import number
 
 
 @dataclass
@@ -106,7 +107,7 @@ def _movement(sdfg: dace.SDFG, names: dict) -> DataMovement:
 
 
 def compulsory_bytes(sdfg: dace.SDFG) -> int:
-    return sum(int(desc.total_size) * desc.dtype.bytes for desc in sdfg.arrays.values()
+    return sum(number(desc.total_size) * desc.dtype.bytes for desc in sdfg.arrays.values()
                if not desc.transient and not isinstance(desc, dace.data.View)
                and _static(desc.total_size))
 
@@ -144,7 +145,7 @@ def _edge_bytes(edge, sdfg) -> int:
     n = _elements(edge.data.subset) if edge.data.subset is not None else desc.total_size
     if not _static(n):  # depends on a scope's symbols: the whole array bounds it
         n = desc.total_size
-    return int(n) * desc.dtype.bytes if _static(n) else 0
+    return number(n) * desc.dtype.bytes if _static(n) else 0
 
 
 def _elements(subset):
@@ -167,7 +168,7 @@ def _elements(subset):
 
 def _static(value) -> bool:
     try:
-        int(value)
+        number(value)
         return True
     except TypeError:
         return False

@@ -40,6 +40,7 @@ from workbench import nodeid
 from workbench.analysis.decisions import NotLocal, named_nodes, onto
 from workbench.analysis.movement import data_movement
 from workbench.analysis.region_key import region_key
+from workbench.analysis.sizes import current_sizes
 from workbench.analysis.state_index import StateIndex, desc_json  # noqa: F401 (StateIndex: its home before)
 
 # Beyond this share of the state the copy saves little: measure the whole graph.
@@ -77,7 +78,7 @@ def local_delta(sdfg: dace.SDFG, index: StateIndex, transformation, match, weigh
         return None
     key = region_key(index, *region, match, transformation, decision)
     if key is not None:
-        key = (_sdfg_context(index), key)
+        key = (_sdfg_context(index), current_sizes(), key)   # a symbolic size's value too
         if key in _MEASURED and not check:
             return _MEASURED[key]
     try:

@@ -12,7 +12,7 @@ from workbench.importer.half import compute_half_in_float
 from workbench.importer.load import check_model, load_model
 from workbench.importer.sequences import (check_tensor_inputs, lower_sequences, lowered_op_types,
                                           needs_lowering)
-from workbench.importer.shapes import fix_input_shapes, infer_shapes, tensor_types
+from workbench.importer.shapes import fix_input_shapes, graph_inputs, infer_shapes, tensor_types
 from workbench.importer.to_sdfg import (FOLDED_AT_IMPORT, TensorInfo, build_sdfg, c_identifier,
                                        check_supported)
 from workbench.progress import SILENT
@@ -31,11 +31,13 @@ class ImportedModel:
     stats: dict = field(default_factory=dict)
     # bounded output -> (count output, axis): keep the first count (importer/data_dependent.py)
     counted: dict = field(default_factory=dict)
+    # symbolic dims kept symbolic -> the size runs use unless told (importer/symbolic.py)
+    symbols: dict = field(default_factory=dict)
 
 
 def import_model(source, input_shapes: dict = None, name: str = None, prefer_blas: bool = None,
                  fold: bool = True, progress=SILENT, memory_budget=None,
-                 bounded: bool = False) -> ImportedModel:
+                 bounded: bool = False, symbolic=(), unfolded=frozenset()) -> ImportedModel:
     """Import an ONNX file path or ``ModelProto`` into an SDFG.
 
     ``prefer_blas`` (default: when a BLAS library is found) picks the BLAS
@@ -45,7 +47,14 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
     8 GiB) refuses models whose tensors would not fit, before allocating them.
     ``bounded`` gives NonZero/NonMaxSuppression graph outputs whose size the data decides
     an upper bound and a count output (``ImportedModel.counted``); the caller trims.
+    ``symbolic`` names symbolic dims of the inputs that stay symbols of the program
+    (``importer/symbolic.py``); ``input_shapes`` may give each the size runs use by
+    default (else 1). Tensors named in ``unfolded`` are computed by the program, never
+    folded into weights.
     """
+    if symbolic:
+        return _import_symbolic(source, input_shapes, name, prefer_blas, fold, progress,
+                                memory_budget, tuple(symbolic))
     if prefer_blas is None:
         from workbench.build.settings import blas_implementation
         prefer_blas = blas_implementation() is not None
@@ -61,7 +70,7 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
     check_supported(model, allow=FOLDED_AT_IMPORT | lowered_op_types(model))
     check_tensor_inputs(model)
     fixed = fix_input_shapes(model, input_shapes)
-    folded, n_folded, known = settle_shapes(fixed, fold, memory_budget, progress)
+    folded, n_folded, known = settle_shapes(fixed, fold, memory_budget, progress, unfolded)
     folded = compute_half_in_float(folded, tensor_types(folded))
     counted = {}
     if bounded:
@@ -75,8 +84,41 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
     return ImportedModel(name, sdfg, inputs, outputs, weights, fixed, folded, stats, counted)
 
 
+def _import_symbolic(source, input_shapes, name, prefer_blas, fold, progress, memory_budget,
+                     names):
+    from workbench.importer import symbolic
+    if not isinstance(source, onnx.ModelProto):
+        source = load_model(source, memory_budget)
+    declared = {d.dim_param for i in graph_inputs(source)
+                for d in i.type.tensor_type.shape.dim if d.HasField("dim_param")}
+    unknown = sorted(set(names) - declared)
+    if unknown:
+        raise symbolic.NotSymbolic(
+            f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a symbolic "
+            f"dimension of the model's inputs; they are {', '.join(sorted(declared)) or 'none'}.")
+    given = dict(input_shapes or {})
+    defaults = {n: int(given.pop(n, 1)) for n in names}
+    probes = symbolic.probe_sizes(names)
+    unfolded = frozenset()
+    for _ in range(symbolic.MAX_ROUNDS):
+        imports = []
+        for sizes in probes:
+            with progress.phase(f"import at {', '.join(f'{n}={v}' for n, v in sizes.items())}"):
+                imports.append(import_model(source, {**given, **sizes}, name, prefer_blas, fold,
+                                            memory_budget=memory_budget, unfolded=unfolded))
+        # a folded tensor whose size changes with the symbols is computed by the program
+        more = symbolic.sized_constants(imports) - unfolded
+        if not more:
+            break
+        unfolded |= more
+    out = symbolic.generalize(names, probes, imports)
+    out.reference_model = fix_input_shapes(source, given, keep=names)
+    out.symbols = defaults
+    return out
+
+
 def settle_shapes(fixed: onnx.ModelProto, fold: bool = True, memory_budget=None,
-                  progress=SILENT):
+                  progress=SILENT, keep=frozenset()):
     """Shape inference and constant folding until nothing more folds, on a model
     whose inputs have static shapes: (folded model, nodes folded, known values)."""
     with progress.phase("shape inference"):
@@ -85,13 +127,13 @@ def settle_shapes(fixed: onnx.ModelProto, fold: bool = True, memory_budget=None,
         check_contracts(inferred, tensor_types(inferred))
     with progress.phase("constant folding"):
         shapes = {name: shape for name, (_, shape) in tensor_types(inferred).items()}
-        folded, n_folded, known = fold_constants(inferred, shapes, evaluate=fold)
+        folded, n_folded, known = fold_constants(inferred, shapes, evaluate=fold, keep=keep)
         folded = infer_shapes(folded, known, memory_budget)
         # Folding can make shapes static that inference could not see (a Reshape whose
         # target was computed: legacy ViT exports), and so more Shape nodes foldable.
         while n_folded:
             shapes = {name: shape for name, (_, shape) in tensor_types(folded).items()}
-            again, n_more, known_more = fold_constants(folded, shapes, evaluate=fold)
+            again, n_more, known_more = fold_constants(folded, shapes, evaluate=fold, keep=keep)
             if not n_more:
                 break
             n_folded += n_more

@@ -39,13 +39,14 @@ NON_DETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "Rando
 
 
 def fold_constants(model: onnx.ModelProto, static_shapes: dict, max_elements: int = 1 << 26,
-                   evaluate: bool = True):
+                   evaluate: bool = True, keep=frozenset()):
     """Return (folded model, number of nodes folded, known values).
 
     Known values are the outputs of kept nodes whose inputs are all known
     (with ``evaluate`` off, or for graph outputs): the node still runs as
     compiled code, but its output's shape and (small) value are known at
-    import, e.g. axes computed by Range(Size(Shape(x))).
+    import, e.g. axes computed by Range(Size(Shape(x))). A node writing a tensor named
+    in ``keep`` is never folded (a symbolic program's tensors whose size is symbolic).
     """
     graph = model.graph
     consts = _Constants(graph.initializer)
@@ -56,7 +57,8 @@ def fold_constants(model: onnx.ModelProto, static_shapes: dict, max_elements: in
     for node in graph.node:
         values = None
         # rule 3: quantized weights stay quantized (their values are still known)
-        if not any(o in outputs for o in node.output) and node.op_type != "DequantizeLinear":
+        if not any(o in outputs or o in keep for o in node.output) \
+                and node.op_type != "DequantizeLinear":
             values = _try_fold(node, consts, static_shapes, opset, max_elements, evaluate)
         if values is None:
             kept.append(node)

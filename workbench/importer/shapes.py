@@ -22,14 +22,17 @@ def graph_inputs(model: onnx.ModelProto) -> list:
     return [i for i in model.graph.input if i.name not in inits]
 
 
-def fix_input_shapes(model: onnx.ModelProto, given: dict = None) -> onnx.ModelProto:
-    """Copy of ``model`` whose graph inputs have static dims.
+def fix_input_shapes(model: onnx.ModelProto, given: dict = None,
+                     keep=()) -> onnx.ModelProto:
+    """Copy of ``model`` whose graph inputs have static dims, but the symbolic dims
+    named in ``keep``.
 
     ``given`` maps an input name to a full shape, or a symbolic dim name
     (``"batch"``) to a size. A symbolic dim without a value is an error that
     lists every one, so the user can give them all at once.
     """
     given = dict(given or {})
+    keep = set(keep)
     model = copy_model(model)
     unknown = []
     # Collected before the loop: setting dim_value clears dim_param (a protobuf oneof).
@@ -52,6 +55,8 @@ def fix_input_shapes(model: onnx.ModelProto, given: dict = None) -> onnx.ModelPr
             if dim.HasField("dim_value") and dim.dim_value >= 0:  # 0 is a real (empty) size
                 continue
             sym = dim.dim_param if dim.HasField("dim_param") else ""
+            if sym in keep:
+                continue
             if sym and sym in given:
                 size = given[sym]
                 if isinstance(size, (list, tuple)):

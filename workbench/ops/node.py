@@ -102,6 +102,13 @@ class OnnxOp(nodes.LibraryNode):
         self.consts_json = json.dumps(consts, sort_keys=True)
         return True
 
+    def forget_const(self, position: int) -> None:
+        """The value at ``position`` is no longer known at import (a symbolic program's
+        size-dependent input): the implementation reads the input at run time."""
+        consts = json.loads(self.consts_json)
+        consts.pop(str(position), None)
+        self.consts_json = json.dumps(consts, sort_keys=True)
+
     @property
     def consts(self) -> dict:
         """Input position -> numpy value, for small constant inputs."""

@@ -98,6 +98,13 @@ def is_supported(op_type: str, domain: str = "") -> bool:
     return (in_home or ours) and (op_type, "pure") in _IMPLS
 
 
+def _size(dim):
+    try:
+        return int(dim)
+    except TypeError:   # an expression of symbols
+        return dim
+
+
 @dataclass
 class OpCall:
     """What an implementation sees of the node it expands."""
@@ -119,7 +126,9 @@ class OpCall:
         return self.attrs.get(key, default)
 
     def shape(self, conn) -> tuple:
-        return tuple(int(s) for s in self._desc(conn).shape)
+        """Ints, and expressions of the program's symbols where a size is symbolic
+        (``workbench.importer.symbolic``; only ops in ``SYMBOLIC_OPS`` see those)."""
+        return tuple(_size(s) for s in self._desc(conn).shape)
 
     def dtype(self, conn):
         return self._desc(conn).dtype

@@ -138,6 +138,9 @@ class _Worker:
             # a Build is one program; a GPU build reloaded for another arch is another
             key = (f"{build.__dict__.setdefault('_worker_token', uuid.uuid4().hex[:12])}:"
                    f"{build.compiled.filename}")
+            # a symbolic program is loaded once per size: its buffers are sized at load
+            sizes = [f"{n}={args[n]}" for n in sorted(build.compiled._free_symbols) if n in args]
+            key += f":{','.join(sizes)}" if sizes else ""
             loaded = self.programs.get(key)
             if loaded is not None and any(args[n] is not a for n, a in loaded.constants.items()):
                 self._unload(key, timeout, what)   # other weights than those copied in

@@ -4,6 +4,7 @@ import threading
 import uuid
 
 from workbench import analysis
+from workbench.analysis.sizes import at_sizes
 from workbench.errors import CheckFailed, TransformationError
 from workbench.session.history import History, Step
 from workbench.progress import SILENT
@@ -37,7 +38,9 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
         # FLOPs are the model's, whatever the schedule: counted once, at import.
         imported = analysis.onnx_nodes(imported.sdfg)
         self._imported_ops = {n.onnx_name: n.op_type for n, _ in imported}
-        self._imported_flops = {n.onnx_name: analysis.node_flops(n, st) for n, st in imported}
+        with at_sizes(self.model.symbols):   # a symbolic program's: at its default sizes
+            self._imported_flops = {n.onnx_name: analysis.node_flops(n, st)
+                                    for n, st in imported}
         self._init_builds()
         self.profiles = []  # every profile taken, with its history position
         self.folder = None  # a session folder to autosave into (see workbench.session.folder)
@@ -80,10 +83,12 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
         so an apply, and a prediction per listed match, analyse only what changed."""
         from workbench.analysis.movement import data_movement
         if sdfg is not None and sdfg is not self.sdfg:
-            return data_movement(sdfg, self.operator_names())
+            with at_sizes(self.model.symbols):
+                return data_movement(sdfg, self.operator_names())
         key = self._figure_key()
         if self._movement is None or any(a is not b for a, b in zip(self._movement[0], key)):
-            moved = data_movement(self.sdfg, self.operator_names())
+            with at_sizes(self.model.symbols):
+                moved = data_movement(self.sdfg, self.operator_names())
             self._movement = (key, moved)
             if self.timeline.current.holds_now() and self.timeline.current.sdfg is self.sdfg:
                 self.timeline.current.movement = moved
@@ -191,7 +196,8 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
     def predict(self, match):
         """``match`` with ``delta_bytes`` filled: the change in bytes moved if applied
         (measured on a copy; unchanged match when it cannot be applied)."""
-        return self._predict(match)
+        with at_sizes(self.model.symbols):
+            return self._predict(match)
 
     def _predict(self, match):
         """Measured once per step and match (kept beside the step's matches, see _found):
@@ -262,7 +268,8 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
         """Resident, allocated and peak-live bytes of the current step
         (``workbench.analysis.memory``)."""
         from workbench.analysis.memory import memory_figure
-        return memory_figure(sdfg if sdfg is not None else self.sdfg)
+        with at_sizes(self.model.symbols):
+            return memory_figure(sdfg if sdfg is not None else self.sdfg)
 
     def summary(self) -> dict:
         weights = self.model.weights

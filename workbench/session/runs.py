@@ -4,12 +4,14 @@ A mixin of ``Session``. Programs run in a worker process
 (``workbench.runtime.isolated``), so a crash or a hang in generated code is a
 ``ProgramCrashed`` naming the step, and the session lives on.
 """
+import dataclasses
 import functools
 import time
 
 import numpy as np
 
-from workbench.errors import BadInputError
+from workbench.errors import BadInputError, ShapeError
+from workbench.importer.symbolic import evaluate, sizes_of
 from workbench.runtime.reference import random_inputs, run_reference
 from workbench.runtime.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all, quantization_steps
 
@@ -44,12 +46,29 @@ class SessionRuns:
             sdfg_name = {i.onnx_name: i.sdfg_name for i in (*self.inputs, *self.outputs)}
             carried = {sdfg_name[i]: sdfg_name[o] for i, o in carry.items()}
         self._call(build, args, carry=carried)
-        out = {info.onnx_name: results[info.onnx_name].reshape(info.shape)
+        sizes = {n: args[n] for n in self.model.symbols}
+        out = {info.onnx_name: results[info.onnx_name].reshape(self._shape(info, sizes))
                for info in self.outputs if info.onnx_name not in (carry or {}).values()}
         for info in self.inputs:
             if info.onnx_name in (carry or {}):
-                out[info.onnx_name] = args[info.sdfg_name].reshape(info.shape)
+                out[info.onnx_name] = args[info.sdfg_name].reshape(self._shape(info, sizes))
         return out
+
+    @property
+    def symbols(self) -> dict:
+        """The program's symbolic sizes and the values runs use unless told (empty for a
+        program of one size; ``workbench.importer.symbolic``)."""
+        return dict(self.model.symbols)
+
+    def _shape(self, info, sizes: dict) -> tuple:
+        """``info``'s shape at ``sizes`` (the symbols' values)."""
+        if not self.model.symbols:
+            return tuple(info.shape)
+        return evaluate(info.shape, sizes)
+
+    def _stored(self, build, name: str, sizes: dict) -> tuple:
+        shape = build.sdfg.arrays[name].shape
+        return evaluate(shape, sizes) if self.model.symbols else tuple(shape)
 
     # Programs run in a worker process (workbench.runtime.isolated): a crash or a hang in
     # generated code is a ProgramCrashed, and the session lives on. False runs them in
@@ -86,13 +105,15 @@ class SessionRuns:
         """Keyword arguments for ``build.compiled`` and the output arrays in them
         (``weights``: another step's, default the current ones)."""
         args = dict(self.model.weights if weights is None else weights)
-        args.update({name: value.reshape(build.sdfg.arrays[name].shape)   # as ``build`` stores it
-                     for name, value in self._input_arrays(inputs).items()})
+        arrays, sizes = self._input_arrays(inputs)
+        args.update({name: value.reshape(self._stored(build, name, sizes))   # as ``build`` stores
+                     for name, value in arrays.items()})
         results = {}
         for info in self.outputs:
-            results[info.onnx_name] = np.zeros(build.sdfg.arrays[info.sdfg_name].shape,
+            results[info.onnx_name] = np.zeros(self._stored(build, info.sdfg_name, sizes),
                                                dtype=info.dtype)
             args[info.sdfg_name] = results[info.onnx_name]
+        args.update(sizes)   # a symbolic program takes its sizes by the symbols' names
         return args, results
 
     @holding_lock
@@ -133,15 +154,21 @@ class SessionRuns:
         self.profiles.append(result)
         return result
 
-    def random_inputs(self, seed: int = 0) -> dict:
-        return random_inputs(self.inputs, seed)
+    def random_inputs(self, seed: int = 0, sizes: dict = None) -> dict:
+        """Seeded inputs; a symbolic program's at ``sizes`` (default: ``symbols``)."""
+        if not self.model.symbols:
+            return random_inputs(self.inputs, seed)
+        sizes = {**self.model.symbols, **(sizes or {})}
+        return random_inputs([dataclasses.replace(i, shape=evaluate(i.shape, sizes))
+                              for i in self.inputs], seed)
 
     @holding_lock
     def verify(self, inputs: dict = None, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
-               expect: dict = None, target: str = "cpu", arch: str = None):
+               expect: dict = None, target: str = "cpu", arch: str = None, sizes: dict = None):
         """Run the program (built for ``target``; see ``run``) and onnxruntime (or
-        ``expect``) on the same inputs; compare."""
-        inputs = self.random_inputs() if inputs is None else inputs
+        ``expect``) on the same inputs; compare. A symbolic program's random inputs are
+        made at ``sizes`` (default: ``symbols``)."""
+        inputs = self.random_inputs(sizes=sizes) if inputs is None else inputs
         timings = {}
         build = self._runnable_build(target, arch)
         with self.progress.phase("run workbench program"):
@@ -176,16 +203,24 @@ class SessionRuns:
                 ("; " if missing and unknown else "") +
                 (f"unknown {', '.join(unknown)}" if unknown else "") +
                 f". The model's inputs are {', '.join(known)}.")
+        sizes = {}
+        if self.model.symbols:
+            try:
+                sizes = sizes_of({n: i.shape for n, i in known.items()}, inputs)
+            except ShapeError as e:
+                raise BadInputError(str(e)) from None
         out = {}
         for name, info in known.items():
             value = np.asarray(inputs[name])
-            if tuple(value.shape) != tuple(info.shape):
+            if tuple(value.shape) != self._shape(info, sizes):
                 raise BadInputError(f"input '{name}' has shape {value.shape}; the model was "
                                     f"imported with shape {tuple(info.shape)}.")
             stored = self.sdfg.arrays[info.sdfg_name].shape
+            if sizes:
+                stored = evaluate(stored, sizes)
             out[info.sdfg_name] = np.ascontiguousarray(value.astype(info.dtype, copy=False)
                                                        ).reshape(stored)
-        return out
+        return out, sizes
 
     def reference_feeds(self, inputs: dict) -> dict:
         """``inputs`` as the reference runtime (onnxruntime) takes them: ONNX names, the

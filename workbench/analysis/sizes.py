@@ -1,0 +1,41 @@
+"""The sizes a symbolic program's figures are taken at.
+
+A program imported with symbolic dims (``workbench.importer.symbolic``) has
+array sizes such as ``batch*784``. Its bytes moved, memory and FLOPs are
+numbers at a size: inside ``at_sizes({"batch": 4})`` the analyses read every
+expression of those symbols as its value there. Outside one, a symbolic size
+is not a number (a ``TypeError``, as before), so no figure is ever taken at a
+size nobody chose.
+"""
+import contextvars
+from contextlib import contextmanager
+
+_SIZES = contextvars.ContextVar("workbench_sizes", default=None)
+
+
+@contextmanager
+def at_sizes(sizes: dict):
+    token = _SIZES.set(dict(sizes) if sizes else None)
+    try:
+        yield
+    finally:
+        _SIZES.reset(token)
+
+
+def current_sizes() -> tuple:
+    """The sizes set now, as a key: ``((name, value), ...)``, empty when none."""
+    return tuple(sorted((_SIZES.get() or {}).items()))
+
+
+def number(value) -> int:
+    """``int(value)``, with the symbols of ``at_sizes`` at their values; a TypeError
+    when a symbol in it has none (a map's parameter, or no sizes set)."""
+    try:
+        return int(value)
+    except TypeError:
+        sizes = _SIZES.get()
+        if not sizes:
+            raise
+    import sympy
+    expr = sympy.sympify(value)
+    return int(expr.subs({s: sizes[str(s)] for s in expr.free_symbols if str(s) in sizes}))
