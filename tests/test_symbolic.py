@@ -88,3 +88,110 @@ def test_what_cannot_stay_symbolic_is_refused_by_name(tmp_path):
         workbench.open(scaled, symbolic=["n"])
     with pytest.raises(NotSymbolic, match="not a symbolic dimension.*they are n"):
         workbench.open(scaled, symbolic=["batch"])
+
+
+def test_a_symbolic_session_saves_reopens_and_replays(tmp_path):
+    ws = workbench.open(_symbolic_batch("mlp", tmp_path / "m.onnx"), symbolic=["batch"],
+                        input_shapes={"batch": 3})
+    ws.save(tmp_path / "session")
+    again = workbench.open_session(tmp_path / "session")
+    assert again.symbols == {"batch": 3} and str(again.inputs[0].shape[0]) == "batch"
+    assert again.verify(sizes={"batch": 5}).match
+    assert again.summary()["inputs"][0]["shape"] == ["batch", 784]
+
+
+def test_training_and_export_say_they_need_fixed_sizes(tmp_path):
+    from workbench.errors import BadInputError
+    ws = workbench.open(_symbolic_batch("mlp", tmp_path / "m.onnx"), symbolic=["batch"])
+    with pytest.raises(BadInputError, match="fixed"):
+        ws.training(loss="mse")
+    with pytest.raises(BadInputError, match="fixed"):
+        ws.export(tmp_path / "out")
+
+
+def test_transformations_not_checked_on_symbols_are_refused_with_their_reason(tmp_path):
+    from workbench import transformation_api as transform
+    from workbench.errors import TransformationError
+    ws = workbench.open(_symbolic_batch("mlp", tmp_path / "m.onnx"), symbolic=["batch"])
+    offered = {m.transformation for m in ws.transformations(predict=False)}
+    unchecked = [t for t in transform.all_transformations() if not t.symbolic]
+    assert offered and not offered & {t.name for t in unchecked}
+    static = workbench.open("mlp")
+    t = next(t for t in unchecked if transform.find_matches(t, static.sdfg, static.model.weights))
+    match = transform.find_matches(t, static.sdfg, static.model.weights)[0]
+    with pytest.raises(TransformationError, match="symbols"):
+        ws.apply(match)
+    node = match.nodes[0]
+    why = transform.refusals(t, ws.sdfg, ws.model.weights, [node])
+    assert why and "not checked on programs whose sizes are symbols (batch)" in why[0].reason
+
+
+def test_verify_sizes_from_the_command_line(tmp_path):
+    import json
+    import subprocess
+    import sys
+    path = _symbolic_batch("mlp", tmp_path / "m.onnx")
+    done = subprocess.run([sys.executable, "app.py", "verify", path, "--sizes", "batch=1,6",
+                           "--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["match"] and [s["sizes"] for s in out["sizes"]] == [{"batch": 1}, {"batch": 6}]
+    bad = subprocess.run([sys.executable, "app.py", "verify", path, "--symbolic", "seq"],
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "not a symbolic dimension" in bad.stderr
+
+
+# where each transformation marked ``symbolic`` is checked: the first of these programs it
+# matches (ChooseImplementation: once per implementation it offers on each)
+_PROGRAMS = [("mlp", "batch", {}), ("zoo:resnet", "batch", {}),
+             ("zoo:bert", "batch", {"sequence": 16})]
+
+
+def _open(program, tmp_path):
+    model, symbol, shapes = program
+    source = _symbolic_batch(model, tmp_path / "m.onnx") if model == "mlp" else model
+    return workbench.open(source, symbolic=[symbol], input_shapes=shapes)
+
+
+def _checked_matches(tmp_path):
+    from workbench import transformation_api as transform
+    out = []
+    for t in transform.all_transformations():
+        if not t.symbolic:
+            continue
+        for program in _PROGRAMS:
+            ws = _open(program, tmp_path)
+            found = transform.find_matches(t, ws.sdfg, ws.model.weights)
+            if t.name == "ChooseImplementation":
+                by_impl = {}
+                for m in found:
+                    by_impl.setdefault(m.description.split("-> ")[-1], m)
+                out += [(program, m) for m in by_impl.values()]
+            elif found:
+                out.append((program, found[0]))
+                break
+    return out
+
+
+def test_every_transformation_offered_on_symbols_keeps_the_answer_at_every_size(tmp_path):
+    from workbench import transformation_api as transform
+    checked = _checked_matches(tmp_path)
+    names = {m.transformation for _, m in checked}
+    assert names == {t.name for t in transform.all_transformations() if t.symbolic}, names
+    for program, match in checked:
+        ws = _open(program, tmp_path)
+        ws.apply(match)
+        symbol, shapes = program[1], program[2]
+        for size in (1, 3):
+            report = ws.verify(sizes={**shapes, symbol: size})
+            assert report.match, (match.description, size, report)
+
+
+@pytest.mark.parametrize("program", _PROGRAMS[1:], ids=["resnet", "bert"])
+def test_auto_on_a_symbolic_program_keeps_one_build_right_at_every_size(program, tmp_path):
+    ws = _open(program, tmp_path)
+    ws.optimize("auto")
+    assert len(ws.history) >= 10
+    symbol, shapes = program[1], program[2]
+    for size in (1, 2, 5):
+        assert ws.verify(sizes={**shapes, symbol: size}).match

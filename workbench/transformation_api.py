@@ -98,6 +98,11 @@ class Transformation:
     # (buffer sharing, allocation once): its byte prediction is 0 without copying the
     # whole program (10 s on a ViT-tiny training program). Measured under full checks.
     same_bytes: bool = False
+    # True for a transformation checked on programs whose sizes are symbols
+    # (``workbench.importer.symbolic``): applied to such programs and verified at several
+    # sizes against onnxruntime (``tests/test_symbolic.py``). The others are not offered
+    # there; their refusal says why (``symbolic_refusal``).
+    symbolic: bool = False
 
     def find(self, sdfg: dace.SDFG, weights: dict = None) -> List[Match]:
         """Every match in ``sdfg``; must not modify it (``weights`` is given only
@@ -301,10 +306,21 @@ def by_level() -> dict:
 def find_matches(t: Transformation, sdfg: dace.SDFG, weights: dict = None) -> List[Match]:
     """``t.find``, handing ``weights`` only to a transformation that needs them
     (without them it finds nothing: it cannot tell weights from inputs)."""
+    if symbolic_refusal(t, sdfg):
+        return []
     with nodeid.graph_unchanged():
         if not t.needs_weights:
             return t.find(sdfg)
         return [] if weights is None else t.find(sdfg, weights)
+
+
+def symbolic_refusal(t: Transformation, sdfg: dace.SDFG) -> str:
+    """Why ``t`` is not offered on ``sdfg`` when its sizes are symbols; "" otherwise."""
+    if t.symbolic or not sdfg.symbols:
+        return ""
+    return (f"{t.name} is not checked on programs whose sizes are symbols "
+            f"({', '.join(sorted(sdfg.symbols))}) yet; open the model with those sizes fixed "
+            f"to use it")
 
 
 def explains(t: Transformation) -> bool:
@@ -317,6 +333,10 @@ def refusals(t: Transformation, sdfg: dace.SDFG, weights: dict = None,
     """``t``'s refusals for the nodes of a selection (identities, ONNX node names or
     nodes, as ``Session.transformations`` takes them; None: every node), weights
     handed as ``find_matches`` hands them, each with ``transformation`` set. Read only."""
+    why = symbolic_refusal(t, sdfg)
+    if why:   # said once per selected node, not for every node of the whole graph
+        wanted = () if nodes is None else sorted(nodeid.selection(sdfg, nodes))
+        return [Refusal(why, node, t.name) for node in wanted]
     if not explains(t) or (t.needs_weights and weights is None):
         return []
     with nodeid.graph_unchanged():
@@ -347,6 +367,9 @@ def apply_match(t: Transformation, sdfg: dace.SDFG, match: Match, weights: dict 
     caller (a step applied to its region is checked on the whole graph it joins).
     ``decided``: ``t.decide``'s answer on the whole program, mapped onto ``sdfg``."""
     extra = {} if decided is None else {"decided": decided}
+    why = symbolic_refusal(t, sdfg)
+    if why:
+        raise TransformationError(f"{why}. The session is unchanged.")
     if not t.needs_weights:
         t.apply(sdfg, match, **extra)
     elif weights is None:

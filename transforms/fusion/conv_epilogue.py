@@ -20,5 +20,6 @@ from workbench.transformation_api import register
 class ConvEpilogueFusion(EpilogueFusion):
     level = "fusion"
     name = "ConvEpilogueFusion"
+    symbolic = True   # verified at several sizes: tests/test_symbolic.py
     description = "Fuse a Conv with the activation/residual after it (one sweep, in place)"
     fused_type = "ConvEpilogue"

@@ -162,6 +162,7 @@ def _why_alone(sdfg, state, node) -> str:
 class ElementwiseChainFusion(Transformation):
     level = "fusion"
     name = "ElementwiseChainFusion"
+    symbolic = True   # verified at several sizes: tests/test_symbolic.py
     description = "Fuse a chain/DAG of element-wise operators into one map (no intermediates)"
 
     def find(self, sdfg):

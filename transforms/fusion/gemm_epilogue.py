@@ -23,5 +23,6 @@ from workbench.transformation_api import register
 class GemmEpilogueFusion(EpilogueFusion):
     level = "fusion"
     name = "GemmEpilogueFusion"
+    symbolic = True   # verified at several sizes: tests/test_symbolic.py
     description = "Fuse a MatMul/Gemm with the bias/activation after it (one sweep, in place)"
     fused_type = "GemmEpilogue"

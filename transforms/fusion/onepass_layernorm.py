@@ -48,6 +48,7 @@ def _applies(sdfg, state, node):
 class OnePassLayerNorm(OperatorTransformation):
     level = "fusion"
     name = "OnePassLayerNorm"
+    symbolic = True   # verified at several sizes: tests/test_symbolic.py
     description = "LayerNorm in one pass per row: mean and variance in one sweep, then normalize"
     op_types = {"LayerNormalization"}
 

@@ -43,6 +43,7 @@ def _applies(sdfg, state, node):
 class OnePassSoftmax(OperatorTransformation):
     level = "fusion"
     name = "OnePassSoftmax"
+    symbolic = True   # verified at several sizes: tests/test_symbolic.py
     description = "Softmax in one pass per row: running max and sum, then one normalize sweep"
     op_types = {"Softmax", "LogSoftmax"}
 

@@ -89,6 +89,7 @@ def overwritable_input(sdfg, state, node):
 class InPlaceElementwise(OperatorTransformation):
     level = "global"
     name = "InPlaceElementwise"
+    symbolic = True   # verified at several sizes: tests/test_symbolic.py
     description = "Let an element-wise operator write its result over an input it reads last"
     op_types = ELEMENTWISE
     refusal = "{node.onnx_name} can no longer work in place"

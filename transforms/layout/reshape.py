@@ -61,6 +61,7 @@ def _why_not_owned(sdfg, state, access, reader=False) -> str:
 class ReshapeAsView(OperatorTransformation):
     level = "layout"
     name = "ReshapeAsView"
+    symbolic = True   # verified at several sizes: tests/test_symbolic.py
     description = "Make a Reshape/Flatten/Squeeze/Unsqueeze a view of its input (no copy)"
     op_types = RESHAPES
     refusal = "{node.onnx_name} can no longer become a view"

@@ -15,6 +15,7 @@ from workbench.transformation_api import Transformation, register
 class ExpandToMaps(Transformation):
     level = "local"
     name = "ExpandToMaps"
+    symbolic = True   # verified at several sizes: tests/test_symbolic.py
     description = "Expand an operator into its maps so map-level transformations apply to it"
 
     def find(self, sdfg):

@@ -1,6 +1,7 @@
 """``bench MODEL``: workbench vs onnxruntime (and torch), interleaved medians."""
-from workbench.cli.common import (add_model_args, add_recipe_arg, add_training_args,
-                                  apply_recipe, emit_json, open_session, open_training)
+from workbench.cli.common import (add_model_args, add_recipe_arg, add_sizes_arg,
+                                  add_training_args, apply_recipe, emit_json, open_session,
+                                  open_training, parse_shapes, parse_sizes)
 from workbench.errors import BadInputError
 from workbench.session.signing import add_trust_arg, trusting
 
@@ -11,6 +12,7 @@ def register(sub):
     add_model_args(p, required=False)  # required unless --zoo
     add_trust_arg(p)
     add_recipe_arg(p)
+    add_sizes_arg(p)
     p.add_argument("--repeat", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--runs", type=int, default=3,
@@ -125,6 +127,8 @@ def run(args, progress) -> int:
         return run_interactive(args, progress)
     if not args.model:
         raise BadInputError("bench needs a MODEL, or --zoo for the bundled models and the zoo.")
+    if args.sizes:
+        return run_sizes(args, progress)
     with trusting(args.trust):
         ws = open_session(args, progress)
     apply_recipe(ws, args, progress)
@@ -256,3 +260,42 @@ def run_zoo(args, progress) -> int:
     if args.json:
         emit_json(result.to_dict())
     return 1 if result.failed or regressed else 0
+
+
+def run_sizes(args, progress) -> int:
+    """One symbolic program at each size against the same model built for that size and
+    against onnxruntime (``workbench.runtime.sizes_bench``)."""
+    import workbench
+    from workbench.runtime.sizes_bench import bench_sizes
+    if args.baseline or args.by_op or args.plot:
+        raise BadInputError("--sizes times the symbolic program against a fixed-size build "
+                            "and onnxruntime: leave out --baseline, --by-op and --plot.")
+    sizes_list = parse_sizes(args.sizes)
+    with trusting(args.trust):
+        ws = open_session(args, progress)
+    apply_recipe(ws, args, progress)
+    given = parse_shapes(args.shape)
+
+    def open_fixed(sizes):
+        fixed = {**given, **{k: [v] for k, v in sizes.items()}}
+        return workbench.open(args.model, input_shapes=fixed, progress=progress)
+    with progress.phase(f"bench {len(sizes_list)} size(s), {args.runs} x {args.repeat} "
+                        f"interleaved calls each"):
+        rows = bench_sizes(ws, open_fixed, lambda w: apply_recipe(w, args, progress),
+                           sizes_list, args.repeat, args.warmup, args.threads, args.runs)
+    print(f"{ws.name}: one build for every size of {', '.join(ws.symbols)} (recipe "
+          f"{args.recipe or 'none'}; {args.threads} threads; median of {args.runs} "
+          f"interleaved run(s) of {args.repeat} calls, range in brackets)")
+    for row in rows:
+        at = ", ".join(f"{k}={v}" for k, v in row.sizes.items())
+        ms = row.median_ms
+        sf, so = row.ratios["symbolic/fixed"], row.ratios["symbolic/onnxruntime"]
+        print(f"  {at:<14} symbolic {ms['symbolic']:9.3f} ms  fixed {ms['fixed']:9.3f} ms  "
+              f"onnxruntime {ms['onnxruntime']:9.3f} ms  symbolic/fixed {sf[0]:.3f} "
+              f"[{sf[1]:.3f}-{sf[2]:.3f}]  symbolic/onnxruntime {so[0]:.3f} "
+              f"[{so[1]:.3f}-{so[2]:.3f}]")
+    if args.json:
+        emit_json({"model": ws.name, "recipe": args.recipe or "none", "symbols": ws.symbols,
+                   "threads": args.threads, "runs": args.runs, "repeat": args.repeat,
+                   "sizes": [row.to_dict() for row in rows]})
+    return 0

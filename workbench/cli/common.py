@@ -99,8 +99,30 @@ def add_model_args(parser, required: bool = True):
                              "(mlp, bert-layer, mbconv, resblock)")
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2,...",
                         help="fix an input's shape or a symbolic dim (e.g. batch=1); repeatable")
+    parser.add_argument("--symbolic", action="append", default=[], metavar="NAME",
+                        help="keep the symbolic dim NAME a symbol: one program for every size "
+                             "(its --shape is then the size runs use by default); repeatable")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object as the last line of stdout")
+
+
+def add_sizes_arg(parser):
+    parser.add_argument("--sizes", action="append", default=[], metavar="NAME=S1,S2,...",
+                        help="run at each of these sizes of symbolic dim NAME from one build "
+                             "(implies --symbolic NAME); repeatable, lists of one length")
+
+
+def parse_sizes(items) -> list:
+    """``--sizes`` as a list of {name: size}, one per position of the lists (a list of
+    one size holds for every position)."""
+    lists = parse_shapes(items) if items else {}
+    if not lists:
+        return []
+    n = max(len(v) for v in lists.values())
+    if any(len(v) not in (1, n) for v in lists.values()):
+        raise BadInputError("--sizes lists must have one length (or one size): "
+                            + ", ".join(f"{k} has {len(v)}" for k, v in lists.items()) + ".")
+    return [{k: (v[i] if len(v) > 1 else v[0]) for k, v in lists.items()} for i in range(n)]
 
 
 def add_recipe_arg(parser):
@@ -151,7 +173,11 @@ def load_npz(path, what: str) -> dict:
 
 def open_session(args, progress):
     import workbench
-    return workbench.open(args.model, input_shapes=parse_shapes(args.shape), progress=progress)
+    symbolic = list(dict.fromkeys(list(getattr(args, "symbolic", None) or []) +
+                                  [item.partition("=")[0] for item in
+                                   getattr(args, "sizes", None) or []]))
+    return workbench.open(args.model, input_shapes=parse_shapes(args.shape), progress=progress,
+                          symbolic=symbolic)
 
 
 def add_training_args(parser, flag: bool = True):

@@ -1,6 +1,7 @@
 """``verify MODEL``: build for the CPU (or a CUDA GPU), run, compare with onnxruntime."""
-from workbench.cli.common import (add_model_args, add_recipe_arg, add_training_args,
-                                  apply_recipe, emit_json, load_npz, open_session, open_training)
+from workbench.cli.common import (add_model_args, add_recipe_arg, add_sizes_arg,
+                                  add_training_args, apply_recipe, emit_json, load_npz,
+                                  open_session, open_training, parse_sizes)
 from workbench.session.signing import add_trust_arg, trusting
 from workbench.errors import BadInputError
 from workbench.runtime.verify import DEFAULT_ATOL, DEFAULT_RTOL
@@ -18,6 +19,7 @@ def register(sub):
     p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
                    help="scaled by max(1, max|ref|) per output")
     add_recipe_arg(p)
+    add_sizes_arg(p)
     p.add_argument("--target", choices=("cpu", "gpu"), default="cpu",
                    help="gpu: build with CUDA and run on the GPU (needs a CUDA device)")
     p.add_argument("--arch", metavar="sm_XX", help="CUDA architecture for --target gpu "
@@ -37,23 +39,38 @@ def run(args, progress) -> int:
     arch = _gpu_arch(args)
     with trusting(args.trust):
         ws = open_session(args, progress)
+    sizes = parse_sizes(args.sizes)
+    if sizes and (inputs is not None or expect is not None):
+        raise BadInputError("--sizes makes its own inputs at each size; leave out --inputs "
+                            "and --expect, or --sizes.")
     recipe = apply_recipe(ws, args, progress)
-    report = ws.verify(inputs=inputs, rtol=args.rtol, atol=args.atol, expect=expect,
-                       target=args.target, arch=arch)
+    reports = []
+    for at in sizes or [None]:
+        report = ws.verify(inputs=inputs, rtol=args.rtol, atol=args.atol, expect=expect,
+                           target=args.target, arch=arch, sizes=at)
+        reports.append((at, report))
+        if at is not None:
+            print(f"at {', '.join(f'{k}={v}' for k, v in at.items())}:")
+        print(report.text())
     build_s = report.timings.get("build_s", 0.0)
-    print(report.text())
     on = f" on the GPU (sm_{arch})" if arch else ""
-    print(f"build {build_s:.2f}s, run {report.timings.get('run_s', 0):.3f}s{on}")
+    print(f"build {build_s:.2f}s (once), run {report.timings.get('run_s', 0):.3f}s{on}")
+    match = all(r.match for _, r in reports)
     if args.json:
-        emit_json({"model": report.model, "match": report.match, "reference": report.reference,
-                   "outputs": [{"name": o.name, "max_abs_err": o.max_abs_err,
-                                "max_rel_err": o.max_rel_err, "match": o.match,
-                                "problem": o.problem} for o in report.outputs],
+        emit_json({"model": report.model, "match": match, "reference": report.reference,
+                   "outputs": _outputs(report),
                    "rtol": report.rtol, "atol": report.atol, "build_s": round(build_s, 3),
                    "target": args.target, **({"arch": arch} if arch else {}),
                    "timings": {k: round(v, 4) for k, v in report.timings.items()},
+                   **({"sizes": [{"sizes": at, "match": r.match, "outputs": _outputs(r)}
+                                 for at, r in reports]} if sizes else {}),
                    **({"recipe": recipe} if recipe else {})})
-    return 0 if report.match else 1
+    return 0 if match else 1
+
+
+def _outputs(report) -> list:
+    return [{"name": o.name, "max_abs_err": o.max_abs_err, "max_rel_err": o.max_rel_err,
+             "match": o.match, "problem": o.problem} for o in report.outputs]
 
 
 def run_train(args, progress) -> int:

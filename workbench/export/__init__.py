@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.errors import BuildError, CheckFailed
+from workbench.errors import BadInputError, BuildError, CheckFailed
 from workbench.session.folder import atomic_write
 from workbench.runtime.reference import run_reference
 
@@ -25,6 +25,10 @@ SEED = 0
 
 
 def export_session(ws, folder, target: str = "cpu") -> dict:
+    if ws.model.symbols:   # run.py feeds arrays sized at export (issue 30, item 6)
+        raise BadInputError(f"an exported program runs at one size; open the model with "
+                            f"{', '.join(ws.model.symbols)} fixed (--shape NAME=SIZE, without "
+                            f"--symbolic) to export it.")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     build = ws.build(target=target, whole=True)   # one program, not units calling units

@@ -97,7 +97,11 @@ def _import_symbolic(source, input_shapes, name, prefer_blas, fold, progress, me
             f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a symbolic "
             f"dimension of the model's inputs; they are {', '.join(sorted(declared)) or 'none'}.")
     given = dict(input_shapes or {})
-    defaults = {n: int(given.pop(n, 1)) for n in names}
+    defaults = {}
+    for n in names:   # a size, or [size] as --shape NAME=SIZE gives it
+        size = given.pop(n, 1)
+        defaults[n] = int(size[0] if isinstance(size, (list, tuple)) and len(size) == 1
+                          else size)
     probes = symbolic.probe_sizes(names)
     unfolded = frozenset()
     for _ in range(symbolic.MAX_ROUNDS):

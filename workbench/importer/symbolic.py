@@ -262,5 +262,10 @@ def is_symbolic(shape) -> bool:
                for d in shape)
 
 
+def shape_json(shape) -> list:
+    """``shape`` for JSON: ints, and a symbolic size as its expression's text."""
+    return [int(d) if not is_symbolic([d]) else str(d) for d in shape]
+
+
 def shape_text(shape) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"

@@ -13,7 +13,7 @@ from dace.libraries.blas import BatchedMatMul, Gemm
 from workbench.build.settings import blas_implementation
 from workbench.ops.accumulate import mapped_reduction, parallel
 from workbench.ops.reduce import refuse_float16
-from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
+from workbench.ops.registry import broadcast_dim, connector_sdfg, implements, mapped_tasklet
 
 _SUM = "lambda p, q: p + q"
 _BLAS_TYPES = (dace.float32, dace.float64)
@@ -39,7 +39,7 @@ def matmul_sum(call, product: str = "x * w", extra: dict = None, acc_type=None, 
     """
     a, b, y = call.input(0), call.input(b_pos), call.output(0)
     pa, pb, M, K, N = _matmul_shapes(call.shape(a), call.shape(b))
-    batch = tuple(max(x, z) for x, z in zip(pa, pb))
+    batch = tuple(broadcast_dim(x, z) for x, z in zip(pa, pb))
     sdfg, state = connector_sdfg(call, "matmul", {
         a: pa + (M, K), b: pb + (K, N), y: batch + (M, N)})
     acc = y

@@ -27,7 +27,7 @@ import dace
 from dace.properties import CodeBlock
 
 from workbench.ops.normalization import layer_norm, rms_norm, softmax
-from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
+from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet, maybe
 from workbench.ops.simd import FLOAT_TYPES, SIMD_MATH
 
 CHUNK = 64
@@ -146,13 +146,15 @@ def softmax_view(shape, axis: int, opset: int) -> tuple:
 
 def row_map(outer: int, inner: int):
     """Map ranges over rows (size-1 ones left out) and the row subset's outer/inner index."""
-    ranges = {p: f"0:{n}" for p, n in (("o", outer), ("i", inner)) if n > 1} or {"o": "0:1"}
+    ranges = {p: f"0:{n}" for p, n in (("o", outer), ("i", inner)) if maybe(n > 1)} \
+        or {"o": "0:1"}
     return ranges, ("o" if "o" in ranges else "0"), ("i" if "i" in ranges else "0")
 
 
 def softmax_onepass_supported(x_shape, dtype, axis: int, opset: int) -> bool:
     view = softmax_view(x_shape, axis, opset)
-    return dtype in FLOAT_TYPES and 0 not in view and view[1] > 1  # rows of one: nothing to fuse
+    # rows of one: nothing to fuse
+    return dtype in FLOAT_TYPES and 0 not in view and maybe(view[1] > 1)
 
 
 @implements("Softmax", "LogSoftmax", impl="onepass")

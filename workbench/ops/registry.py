@@ -98,6 +98,38 @@ def is_supported(op_type: str, domain: str = "") -> bool:
     return (in_home or ours) and (op_type, "pure") in _IMPLS
 
 
+def surely(condition) -> bool:
+    """A size comparison that holds at every size: with symbolic sizes
+    (``workbench.importer.symbolic``) one that depends on them is not sure. Only for
+    choices of speed (how to split work), never of meaning."""
+    try:
+        return bool(condition)
+    except TypeError:   # sympy: "cannot determine truth value of Relational"
+        return False
+
+
+def maybe(condition) -> bool:
+    """A size comparison that holds at some size: true when the symbols decide it
+    (``surely``'s other side). For leaving out work that is empty at a size (a map of
+    one iteration), where keeping it is right at every size."""
+    try:
+        return bool(condition)
+    except TypeError:
+        return True
+
+
+def broadcast_dim(x, z):
+    """The size two broadcast dims give (one of them 1, or both equal); symbolic sizes
+    broadcast only against 1 or themselves."""
+    if x == z or z == 1:
+        return x
+    if x == 1:
+        return z
+    if isinstance(x, int) and isinstance(z, int):
+        return max(x, z)
+    raise TypeError(f"sizes {x} and {z} broadcast only if one of them is 1 at run time")
+
+
 def _size(dim):
     try:
         return int(dim)

@@ -15,7 +15,7 @@ import re
 import dace
 from dace.codegen.cppunparse import py2cpp
 
-from workbench.ops.registry import mapped_tasklet
+from workbench.ops.registry import mapped_tasklet, maybe, surely
 
 FLOAT_TYPES = (dace.float32, dace.float64)  # what the row kernels compute in
 
@@ -119,12 +119,12 @@ def add_row_kernel(state, label: str, shape, inputs: dict, lines, outputs: dict,
     for size in shape[:start]:
         rows *= size
     # too few rows to share: split them
-    chunk = CHUNK if rows < 16 and n >= 2 * CHUNK and tail is None else None
+    chunk = CHUNK if surely(rows < 16) and surely(n >= 2 * CHUNK) and tail is None else None
     if chunk or not ranges:
         ranges["c"] = f"0:{-(-n // chunk) if chunk else 1}"
 
     def along_row(array_shape) -> bool:
-        return n > 1 and _full(array_shape, shape, row)
+        return maybe(n > 1) and _full(array_shape, shape, row)
 
     def subset(array_shape):
         offset = len(shape) - len(array_shape)

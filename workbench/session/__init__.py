@@ -5,7 +5,8 @@ import uuid
 
 from workbench import analysis
 from workbench.analysis.sizes import at_sizes
-from workbench.errors import CheckFailed, TransformationError
+from workbench.importer.symbolic import shape_json
+from workbench.errors import BadInputError, CheckFailed, TransformationError
 from workbench.session.history import History, Step
 from workbench.progress import SILENT
 from workbench.session.builds import SessionBuilds
@@ -59,6 +60,10 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
         gradient reaches. ``labels``: the name of the labels input (mse and cross
         entropy; default "labels"). See ``workbench.session.training``."""
         from workbench.session.training import open_training
+        if self.model.symbols:
+            raise BadInputError(f"a training program is built at one size; open the model "
+                                f"with {', '.join(self.model.symbols)} fixed (--shape "
+                                f"NAME=SIZE, without --symbolic) to train it.")
         return open_training(self, loss=loss, labels=labels, params=params,
                              optimizer=optimizer, lr=lr, progress=self.progress, **options)
 
@@ -281,11 +286,13 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
             "parameters": int(sum(w.size for w in weights.values())),
             "parameter_bytes": int(sum(w.nbytes for w in weights.values())),
             "flops": int(sum(self._imported_flops.values())),
-            "inputs": [{"name": i.onnx_name, "shape": list(i.shape), "dtype": i.dtype}
+            "inputs": [{"name": i.onnx_name, "shape": shape_json(i.shape), "dtype": i.dtype}
                        for i in self.inputs],
-            "outputs": [{"name": o.onnx_name, "shape": list(o.shape), "dtype": o.dtype}
+            "outputs": [{"name": o.onnx_name, "shape": shape_json(o.shape), "dtype": o.dtype}
                         for o in self.outputs],
             "import": dict(self.model.stats),
+            # a symbolic program's figures are taken at these sizes
+            **({"symbols": dict(self.model.symbols)} if self.model.symbols else {}),
             "data_movement": self.data_movement().to_dict(),
             "memory": self.memory().to_dict(),
             "classes": self.class_table(),

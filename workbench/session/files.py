@@ -12,6 +12,14 @@ class SessionFiles:
         from workbench.transformation_api import Match
         return [Match.from_json(entry).to_json() for entry in self.history]
 
+    def input_shapes(self) -> dict:
+        """What opens this model again as this session did (``workbench.open``'s
+        ``input_shapes``): each input's shape, or a symbolic program's default size of
+        each symbol (its other dims are fixed in the model it keeps)."""
+        if self.model.symbols:
+            return {n: [v] for n, v in self.model.symbols.items()}
+        return {i.onnx_name: list(i.shape) for i in self.inputs}
+
     def save_recipe(self, path) -> None:
         """Write the applied steps as a recipe JSON that ``optimize`` replays."""
         from workbench.recipe import save_recipe
@@ -24,13 +32,14 @@ class SessionFiles:
         from workbench.session.folder import atomic_write
         from workbench.session.recipe_run import model_fingerprint
         from workbench.transformation_api import Match
-        shapes = {i.onnx_name: list(i.shape) for i in self.inputs}
+        shapes = self.input_shapes()
         lines = [f'"""Replays {len(self.history)} workbench step(s) on {self.name}.',
                  "", "    python script.py [MODEL]    replay on MODEL (default: the one below), "
                  "then verify", "", "Exit 2 when a step names what the model does not have, "
                  '1 when the result does not match onnxruntime."""',
                  "import sys", "", "import workbench", "from workbench.transformation_api import Match",
                  "", f"MODEL = {self.source or self.name!r}", f"INPUT_SHAPES = {shapes!r}",
+                 f"SYMBOLIC = {list(self.model.symbols)!r}  # sizes kept symbols",
                  f"FINGERPRINT = {model_fingerprint(self)!r}  # the model the steps were "
                  f"recorded on", "STEPS = ["]
         for match in map(Match.from_json, self.history):
@@ -39,7 +48,7 @@ class SessionFiles:
         lines += ["]", "", "", "def replay(model=MODEL):",
                   '    """Open ``model`` and apply STEPS; the first step that fails raises."""',
                   "    ws = workbench.open(model, input_shapes=INPUT_SHAPES if model == MODEL "
-                  "else None)", "    ws.replay(STEPS, fingerprint=FINGERPRINT)",
+                  "else None,", "                        symbolic=SYMBOLIC)", "    ws.replay(STEPS, fingerprint=FINGERPRINT)",
                   "    return ws", "", "",
                   'if __name__ == "__main__":',
                   "    from workbench.cli.script import run_script",
@@ -73,8 +82,7 @@ class SessionFiles:
             if self.timeline[position].lazy:   # a new folder: replayed to be written
                 self._replay(position)
         save_history(self.folder, self.timeline, self.model.reference_model, self.name,
-                     {i.onnx_name: list(i.shape) for i in self.inputs}, due,
-                     self.checkpoint_every)
+                     self.input_shapes(), due, self.checkpoint_every, list(self.model.symbols))
 
     @classmethod
     def open_folder(cls, folder, progress=None, trust: bool = False, autosave: bool = True):
@@ -91,7 +99,8 @@ class SessionFiles:
         from workbench.progress import SILENT
         saved = read_session(folder, trust)
         imported = import_model(saved.model_path, input_shapes=saved.input_shapes,
-                                name=saved.model_name, progress=progress or SILENT)
+                                name=saved.model_name, progress=progress or SILENT,
+                                symbolic=saved.symbolic)
         ws = cls(imported, progress or SILENT)   # no folder yet: nothing autosaves here
         ws.timeline.restore(saved.steps)
         ws.checkpoint_every = saved.checkpoint_every or ws.checkpoint_every

@@ -2,7 +2,8 @@
 
 Layout of a folder:
   model.onnx            the model as imported (a copy, so the folder stands alone)
-  session.json          manifest: model name, input shapes, the journal of steps
+  session.json          manifest: model name, input shapes (or the sizes of the dims kept
+                        symbolic, and their names), the journal of steps
                         (what each applied, as recipes record it), the checkpoints,
                         the current position
   steps/NNNN.sdfgz      the SDFG after step NNNN, for checkpoint steps only
@@ -89,7 +90,7 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def save_history(folder, history, model, model_name: str, input_shapes: dict,
-                 checkpoints: list, every: int) -> None:
+                 checkpoints: list, every: int, symbolic=()) -> None:
     """Write the SDFGs of ``checkpoints`` (positions from ``due_checkpoints``; each must
     hold its SDFG), the weights not on disk yet, then the manifest; ``model`` (the
     ONNX model as imported) is written once."""
@@ -120,6 +121,8 @@ def save_history(folder, history, model, model_name: str, input_shapes: dict,
                 "checkpoint_every": every, "checkpoints": kept,
                 "signatures": [s.signature if s.saved else None for s in steps[1:]],
                 "weights_changed_at": changed}
+    if symbolic:
+        manifest["symbolic"] = list(symbolic)
     atomic_write(folder / MANIFEST, json.dumps(manifest, indent=1).encode())
     wanted = {f"{i:04d}.sdfgz" for i in kept} | {f"{i:04d}.npz" for i in changed}
     for extra in (folder / "steps").iterdir():  # dropped by a new branch, or not a checkpoint
@@ -146,6 +149,7 @@ class SavedSession:
     note: str            # why the history ends early ("" when it does not)
     unsigned: list       # positions of steps accepted only because trusted
     checkpoint_every: int   # the folder's spacing of checkpoints (None: format 1)
+    symbolic: list = ()     # dims kept symbols (``input_shapes`` gives their sizes)
 
 
 def read_session(folder, trust: bool = False) -> SavedSession:
@@ -181,7 +185,8 @@ def read_session(folder, trust: bool = False) -> SavedSession:
         step.weights_saved = True
     return SavedSession(folder / "model.onnx", manifest.get("model"),
                         manifest.get("input_shapes"), steps, manifest.get("position", 0),
-                        note, unsigned, manifest.get("checkpoint_every"))
+                        note, unsigned, manifest.get("checkpoint_every"),
+                        list(manifest.get("symbolic") or ()))
 
 
 def _read_steps(folder: Path, manifest: dict):

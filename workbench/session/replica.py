@@ -52,9 +52,10 @@ log = logging.getLogger(__name__)
 def spec(ws):
     """How a worker re-opens ``ws`` (rule 1), or None when it cannot. The source
     comes first: it stays the same when the first step creates the session folder."""
-    shapes = {i.onnx_name: list(i.shape) for i in ws.inputs}
+    shapes = ws.input_shapes()
     if ws.source is not None:
-        return {"source": ws.source, "shapes": shapes, "stamp": _stamp(ws.source)}
+        out = {"source": ws.source, "shapes": shapes, "stamp": _stamp(ws.source)}
+        return {**out, "symbolic": list(ws.model.symbols)} if ws.model.symbols else out
     if ws.folder is not None and (Path(ws.folder) / "session.json").is_file():
         return {"folder": str(ws.folder), "shapes": shapes}
     return None

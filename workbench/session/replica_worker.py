@@ -63,7 +63,8 @@ class _Worker:
                 if spec_["stamp"] is not None and \
                         [path.stat().st_size, path.stat().st_mtime_ns] != spec_["stamp"]:
                     raise ReplicaFailed(f"'{path}' changed on disk since the window opened it")
-                self.ws = workbench.open(spec_["source"], input_shapes=spec_["shapes"])
+                self.ws = workbench.open(spec_["source"], input_shapes=spec_["shapes"],
+                                         symbolic=spec_.get("symbolic", ()))
                 self.ws_spec = spec_
         except Exception as e:
             self.open_error = f"{type(e).__name__}: {e}"
@@ -74,7 +75,9 @@ class _Worker:
         ws, before = self.ws, getattr(self, "ws_spec", None)
         if ws is None or before is None or "source" not in spec_ or ws.history:
             return False
-        shapes = {i.onnx_name: list(i.shape) for i in ws.inputs}
+        if list(ws.model.symbols) != list(spec_.get("symbolic", ())):
+            return False
+        shapes = ws.input_shapes()
         return (before["source"] == spec_["source"] and before["stamp"] == spec_["stamp"]
                 and (spec_["shapes"] is None or spec_["shapes"] == shapes))
 

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+from workbench.analysis.sizes import at_sizes
 from workbench.errors import BadInputError, ShapeError
 from workbench.importer.symbolic import evaluate, sizes_of
 from workbench.runtime.reference import random_inputs, run_reference
@@ -17,10 +18,11 @@ from workbench.runtime.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all, qu
 
 
 def holding_lock(method):
-    """Run ``method`` holding the session's lock (see ``Session.verify_steps``)."""
+    """Run ``method`` holding the session's lock (see ``Session.verify_steps``), its
+    figures taken at a symbolic program's default sizes (``analysis.sizes``)."""
     @functools.wraps(method)
     def locked(self, *args, **kwargs):
-        with self.lock:
+        with self.lock, at_sizes(getattr(self.model, "symbols", None)):
             return method(self, *args, **kwargs)
     return locked
 
