@@ -195,3 +195,29 @@ def test_auto_on_a_symbolic_program_keeps_one_build_right_at_every_size(program,
     symbol, shapes = program[1], program[2]
     for size in (1, 2, 5):
         assert ws.verify(sizes={**shapes, symbol: size}).match
+
+
+@pytest.mark.parametrize("model,recipe,sizes", [
+    ("zoo:bert", "default", (5, 16, 30, 64)),
+    ("zoo:bert", "auto", (5, 16, 30, 64)),
+    ("zoo:gpt2", "auto", (5, 16, 30)),   # its position table holds 32
+])
+def test_a_symbolic_sequence_serves_every_length_from_one_build(model, recipe, sizes):
+    """Issue 30's target: a transformer export verified at several sequence lengths from
+    one build after a recipe (the position ids' Slice ends at the length, the attention
+    scores are sequence x sequence)."""
+    from workbench.importer.symbolic import shape_text
+    ws = workbench.open(model, symbolic=["sequence"], input_shapes={"batch": 1})
+    assert shape_text(ws.inputs[0].shape) == "[1, sequence]"
+    ws.optimize(recipe)
+    builds = set()
+    for size in sizes:
+        report = ws.verify(sizes={"sequence": size})
+        assert report.match, (size, report)
+        builds.add(report.timings["build_s"])
+    assert len(builds) == 1
+
+
+def test_a_size_computed_into_arithmetic_is_refused_naming_the_operator():
+    with pytest.raises(NotSymbolic, match="Mul /Mul_1"):   # T5's relative position buckets
+        workbench.open("zoo:t5_encoder", symbolic=["sequence"], input_shapes={"batch": 1})

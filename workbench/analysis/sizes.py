@@ -37,5 +37,7 @@ def number(value) -> int:
         if not sizes:
             raise
     import sympy
-    expr = sympy.sympify(value)
-    return int(expr.subs({s: sizes[str(s)] for s in expr.free_symbols if str(s) in sizes}))
+    from workbench.importer.symbolic import lookup
+    expr = value if isinstance(value, sympy.Basic) else sympy.sympify(value)
+    known = {s: lookup(sizes, s) for s in expr.free_symbols}
+    return int(expr.subs({s: v for s, v in known.items() if v is not None}))

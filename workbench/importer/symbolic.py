@@ -34,8 +34,10 @@ import sympy
 from workbench.errors import ShapeError
 
 # (op type, input position) of shape inputs an operator never reads when it expands: its
-# output array's shape says it all (``workbench/ops/movement.py``)
-SHAPE_INPUTS = {("Reshape", 1), ("Expand", 1), ("ConstantOfShape", 0), ("Range", 1)}
+# output array's shape says it all (``workbench/ops/movement.py``; Slice's ends where the
+# sizes are symbols, ``ops/slicing._slice_bounds``)
+SHAPE_INPUTS = {("Reshape", 1), ("Expand", 1), ("ConstantOfShape", 0), ("Range", 1),
+                ("Slice", 2)}
 
 # base size, the size each symbol moves to, and the size of the check import: odd and
 # unlike the sizes models are made of, so no dimension matches one by chance
@@ -58,6 +60,35 @@ class NotSymbolic(ShapeError):
     """The model does not import as one program for every size of its symbols."""
 
 
+def internal_name(name: str) -> str:
+    """The SDFG's name for the dim ``name``: itself, or ``name_`` where DaCe's parser
+    would read it as a function of its math library inside an expression
+    (``sequence``: ``64*sequence`` fails to parse)."""
+    from dace.symbolic import pystr_to_symbolic
+    try:
+        expr = pystr_to_symbolic(f"2*{name} + 1")
+        ok = [str(x) for x in expr.free_symbols] == [name]
+    except Exception:
+        ok = False
+    return name if ok else f"{name}_"
+
+
+def user_name(symbol: str) -> str:
+    """The dim's own name of the SDFG's symbol ``symbol`` (``internal_name`` undone)."""
+    if symbol.endswith("_") and internal_name(symbol[:-1]) == symbol:
+        return symbol[:-1]
+    return symbol
+
+
+def lookup(sizes: dict, symbol):
+    """The value ``sizes`` (keyed by the dims' own names or the SDFG's) gives
+    ``symbol``, or None."""
+    key = str(symbol)
+    if key in sizes:
+        return sizes[key]
+    return sizes.get(key[:-1]) if key.endswith("_") else None
+
+
 def probe_sizes(names) -> list:
     """``[(sizes by name), ...]``: the base, one per symbol moved, then all moved."""
     base, moved, check = PROBES
@@ -72,7 +103,7 @@ def generalize(names, probes: list, imports: list):
     ``probes[i]`` are the sizes ``imports[i]`` was made at (``probe_sizes``)."""
     base = imports[0]
     _same_program(base, imports[1:], names)
-    symbols = {n: dace.symbol(n, dace.int64) for n in names}
+    symbols = {n: dace.symbol(internal_name(n), dace.int64) for n in names}
     sdfg = base.sdfg
     shapes = {}
     for array, desc in sdfg.arrays.items():
@@ -82,11 +113,11 @@ def generalize(names, probes: list, imports: list):
             dims.append(_fit(names, probes, seen, symbols, f"'{array}' axis {axis}"))
         shapes[array] = tuple(dims)
     for n, sym in symbols.items():
-        if n in sdfg.arrays:
+        if str(sym) in sdfg.arrays:
             raise NotSymbolic(f"'{n}' names a tensor of the model too; it cannot also name "
                               f"a size.")
-        if n not in sdfg.symbols:
-            sdfg.add_symbol(n, dace.int64)
+        if str(sym) not in sdfg.symbols:
+            sdfg.add_symbol(str(sym), dace.int64)
     for array, shape in shapes.items():
         desc = sdfg.arrays[array]
         if tuple(desc.shape) != shape:
@@ -231,8 +262,9 @@ def sizes_of(info_shapes: dict, values: dict) -> dict:
                              f"{len(shape)} ({shape_text(shape)}).")
         for dim, size in zip(shape, got):
             if isinstance(dim, sympy.Symbol):
-                if found.setdefault(str(dim), int(size)) != int(size):
-                    raise ShapeError(f"'{dim}' is {found[str(dim)]} in one input and {size} "
+                key = user_name(str(dim))
+                if found.setdefault(key, int(size)) != int(size):
+                    raise ShapeError(f"'{key}' is {found[key]} in one input and {size} "
                                      f"in '{name}'.")
     for name, shape in info_shapes.items():
         want = evaluate(shape, found)
@@ -249,11 +281,11 @@ def evaluate(shape, sizes: dict) -> tuple:
         if isinstance(dim, (int, np.integer)):
             out.append(int(dim))
             continue
-        expr = sympy.sympify(dim)
-        missing = sorted(str(s) for s in expr.free_symbols if str(s) not in sizes)
+        expr = dim if isinstance(dim, sympy.Basic) else sympy.sympify(dim)
+        missing = sorted(str(s) for s in expr.free_symbols if lookup(sizes, s) is None)
         if missing:
             raise ShapeError(f"no size given for {', '.join(missing)}.")
-        out.append(int(expr.subs({s: sizes[str(s)] for s in expr.free_symbols})))
+        out.append(int(expr.subs({s: lookup(sizes, s) for s in expr.free_symbols})))
     return tuple(out)
 
 
@@ -262,10 +294,18 @@ def is_symbolic(shape) -> bool:
                for d in shape)
 
 
+def dim_text(dim) -> str:
+    """A size as people write it: its expression with the dims' own names."""
+    if not is_symbolic([dim]):
+        return str(int(dim))
+    expr = dim if isinstance(dim, sympy.Basic) else sympy.sympify(dim)
+    return str(expr.subs({s: sympy.Symbol(user_name(str(s))) for s in expr.free_symbols}))
+
+
 def shape_json(shape) -> list:
     """``shape`` for JSON: ints, and a symbolic size as its expression's text."""
-    return [int(d) if not is_symbolic([d]) else str(d) for d in shape]
+    return [int(d) if not is_symbolic([d]) else dim_text(d) for d in shape]
 
 
 def shape_text(shape) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
+    return "[" + ", ".join(dim_text(d) for d in shape) + "]"

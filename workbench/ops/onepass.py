@@ -27,7 +27,8 @@ import dace
 from dace.properties import CodeBlock
 
 from workbench.ops.normalization import layer_norm, rms_norm, softmax
-from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet, maybe
+from workbench.ops.registry import (connector_sdfg, cpp_size, implements, mapped_tasklet,
+                                    maybe)
 from workbench.ops.simd import FLOAT_TYPES, SIMD_MATH
 
 CHUNK = 64
@@ -124,7 +125,8 @@ for (int j_ = 0; j_ < {n}; ++j_) {y}[j_] = {x}[j_] * inv_ * {scale};"""
 
 def softmax_row(op_type: str, ctype: str, n: int, x: str, y: str, stride: int = 1) -> str:
     """C++ for one row: ``y`` = (Log)Softmax of ``x`` (row pointers, may be the same)."""
-    fields = dict(T=ctype, n=n, stride=stride, chunk=CHUNK, x=x, y=y, lo=EXP_FLOOR[ctype])
+    fields = dict(T=ctype, n=cpp_size(n), stride=cpp_size(stride), chunk=CHUNK, x=x, y=y,
+                  lo=EXP_FLOOR[ctype])
     return SOFTMAX_STATS.format(**fields) + SOFTMAX_OUT[op_type].format(**fields)
 
 
@@ -132,7 +134,7 @@ def layernorm_row(ctype: str, n: int, eps: float, x: str, y: str, scale: str, bi
                   stats: str = "") -> str:
     """C++ for one row: ``y`` = LayerNorm of ``x``; ``scale``/``bias`` are element
     expressions of ``j_``; ``stats`` may store ``mean_`` and ``inv_``."""
-    return LAYERNORM.format(T=ctype, n=n, eps=repr(float(eps)), x=x, y=y, scale=scale,
+    return LAYERNORM.format(T=ctype, n=cpp_size(n), eps=repr(float(eps)), x=x, y=y, scale=scale,
                             bias=f" + {bias}" if bias else "", stats=stats)
 
 
@@ -246,7 +248,8 @@ def rms_norm_onepass(call):
     ranges, r, _ = row_map(rows, 1)
     # a one-element scale is a scalar connector in C++
     index = "scale[j_]" if size == n else ("scale" if size <= 1 else f"scale[j_ % {size}]")
-    code = RMSNORM.format(T=dtype.ctype, n=n, eps=repr(float(call.attr("epsilon", 1e-5))),
+    code = RMSNORM.format(T=dtype.ctype, n=cpp_size(n),
+                          eps=repr(float(call.attr("epsilon", 1e-5))),
                           x="x", y="y", scale=index)
     tasklet, _, _ = mapped_tasklet(
         state, "row", ranges, {"x": dace.Memlet(f"{x}[{r}, 0:{n}]"),

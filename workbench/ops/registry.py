@@ -118,6 +118,16 @@ def maybe(condition) -> bool:
         return True
 
 
+def cpp_size(value) -> str:
+    """A size written into C++ code: an int, or a symbolic expression in C++ syntax
+    (DaCe's printer: ``4*seq**2`` is Python, not C++)."""
+    try:
+        return str(int(value))
+    except TypeError:
+        from dace.symbolic import symstr
+        return symstr(value)
+
+
 def broadcast_dim(x, z):
     """The size two broadcast dims give (one of them 1, or both equal); symbolic sizes
     broadcast only against 1 or themselves."""

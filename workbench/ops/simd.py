@@ -15,7 +15,7 @@ import re
 import dace
 from dace.codegen.cppunparse import py2cpp
 
-from workbench.ops.registry import mapped_tasklet, maybe, surely
+from workbench.ops.registry import cpp_size, mapped_tasklet, maybe, surely
 
 FLOAT_TYPES = (dace.float32, dace.float64)  # what the row kernels compute in
 
@@ -71,7 +71,8 @@ def row_loop(lines, ctype: str, n, start="0", stop=None, outputs=()) -> str:
         cpp = to_cpp(expr)
         body.append(f"    {target} = {cpp};" if "[" in target or target in outputs else
                     f"    const {ctype} {target} = {cpp};")
-    return (f"#pragma omp simd\nfor (int j_ = {start}; j_ < {stop or n}; ++j_) {{\n"
+    stop = stop or cpp_size(n)
+    return (f"#pragma omp simd\nfor (int j_ = {start}; j_ < {stop}; ++j_) {{\n"
             + "\n".join(body) + "\n}")
 
 

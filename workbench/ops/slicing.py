@@ -148,10 +148,18 @@ def compress(call):
         shape[:axis] + (at,) + shape[axis + 1:], axis), into_one=True)
 
 
-def _slice_bounds(call, shape):
-    """Per axis (start, step, length) after the spec's clamping."""
+def _slice_bounds(call, shape, out_shape=None):
+    """Per axis (start, step, length) after the spec's clamping. Where sizes are
+    symbols (``workbench.importer.symbolic``) the ends may be unknown at import and the
+    clamping undecided: a forward slice from a start it cannot pass then takes its
+    length from the output's shape (``out_shape``), which the import fitted."""
+    symbolic = out_shape is not None and any(not isinstance(d, int)
+                                             for d in (*shape, *out_shape))
     if call.input(1):
-        starts, ends = call.require_const(1, "starts"), call.require_const(2, "ends")
+        starts = call.require_const(1, "starts")
+        ends = call.const(2) if symbolic else call.require_const(2, "ends")
+        if ends is None:
+            ends = [None] * len(starts)
         axes = call.require_const(3, "axes") if call.input(3) else range(len(starts))
         steps = call.require_const(4, "steps") if call.input(4) else [1] * len(starts)
     else:  # before opset 10 they are attributes
@@ -159,16 +167,23 @@ def _slice_bounds(call, shape):
         axes, steps = call.attr("axes") or range(len(starts)), [1] * len(starts)
     bounds = [(0, 1, n) for n in shape]
     for start, end, axis, step in zip(starts, ends, axes, steps):
-        axis, start, end, step = _axis(int(axis), len(shape)), int(start), int(end), int(step)
+        axis, start, step = _axis(int(axis), len(shape)), int(start), int(step)
         if step == 0:
             raise call.fail("a slice step is 0")
         n = shape[axis]
-        start, end = start + n if start < 0 else start, end + n if end < 0 else end
-        if step > 0:
-            start, end = min(max(start, 0), n), min(max(end, 0), n)
-        else:
-            start, end = min(max(start, 0), n - 1), min(max(end, -1), n - 1)
-        bounds[axis] = (start, step, max(0, -(-(end - start) // step)))
+        try:
+            end = int(end)
+            start, end = start + n if start < 0 else start, end + n if end < 0 else end
+            if step > 0:
+                start, end = min(max(start, 0), n), min(max(end, 0), n)
+            else:
+                start, end = min(max(start, 0), n - 1), min(max(end, -1), n - 1)
+            bounds[axis] = (start, step, max(0, -(-(end - start) // step)))
+        except TypeError:   # an end or a size that is a symbol
+            if not symbolic or step < 0 or start < 0:
+                raise call.fail("a slice whose end or size is symbolic must run forward from "
+                                "a start of 0 or more") from None
+            bounds[axis] = (start, step, out_shape[axis])
     return bounds
 
 
@@ -176,7 +191,7 @@ def _slice_bounds(call, shape):
 def slice_(call):
     """Y[i] = X[start + step * i] per axis."""
     x, y = call.input(0), call.output(0)
-    bounds = _slice_bounds(call, call.shape(x))
+    bounds = _slice_bounds(call, call.shape(x), call.shape(y))
     check_shape(call, y, tuple(length for *_, length in bounds))
     index = [f"{start} + {step} * {p}" if step != 1 else f"{p} + {start}"
              for (start, step, _), p in zip(bounds, params(len(bounds)))]

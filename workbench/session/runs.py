@@ -12,7 +12,7 @@ import numpy as np
 
 from workbench.analysis.sizes import at_sizes
 from workbench.errors import BadInputError, ShapeError
-from workbench.importer.symbolic import evaluate, sizes_of
+from workbench.importer.symbolic import evaluate, internal_name, sizes_of
 from workbench.runtime.reference import random_inputs, run_reference
 from workbench.runtime.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all, quantization_steps
 
@@ -48,7 +48,7 @@ class SessionRuns:
             sdfg_name = {i.onnx_name: i.sdfg_name for i in (*self.inputs, *self.outputs)}
             carried = {sdfg_name[i]: sdfg_name[o] for i, o in carry.items()}
         self._call(build, args, carry=carried)
-        sizes = {n: args[n] for n in self.model.symbols}
+        sizes = {n: args[internal_name(n)] for n in self.model.symbols}
         out = {info.onnx_name: results[info.onnx_name].reshape(self._shape(info, sizes))
                for info in self.outputs if info.onnx_name not in (carry or {}).values()}
         for info in self.inputs:
@@ -115,7 +115,8 @@ class SessionRuns:
             results[info.onnx_name] = np.zeros(self._stored(build, info.sdfg_name, sizes),
                                                dtype=info.dtype)
             args[info.sdfg_name] = results[info.onnx_name]
-        args.update(sizes)   # a symbolic program takes its sizes by the symbols' names
+        # a symbolic program takes its sizes by the symbols' names
+        args.update({internal_name(k): v for k, v in sizes.items()})
         return args, results
 
     @holding_lock
