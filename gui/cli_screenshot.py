@@ -116,7 +116,7 @@ def _show_and_grab(window, ws, output, size, results, select, problem, timeout_s
     from PyQt5.QtWidgets import QApplication
     from gui.controller import describe_error
     from gui.qtapp import wait_until
-    from gui.transform_panel import match_items
+    from gui.match_rows import match_items
     window.resize(*size)
     window.show()
     ctl = window.ctl

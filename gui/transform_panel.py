@@ -24,48 +24,10 @@ from PyQt5.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QTab
 from gui.graph_model import human_bytes
 from gui.refusal_list import NOT_OFFERED, RefusalList  # noqa: F401 (NOT_OFFERED: its old home)
 
-LEVELS = ("local", "fusion", "layout", "global")
+from gui.match_rows import GROUP, LEVELS, NO_CHANGE, group_key, arrange, level_of, match_items
 
-
-def level_of(name: str) -> str:
-    from workbench import transformation_api as transform
-    try:
-        return transform.get(name).level
-    except Exception:
-        return "local"
-
-
-NO_CHANGE = "No change"   # the group of matches predicted to move the same bytes
-GROUP = Qt.UserRole + 1     # a group row's key: its transformation, or NO_CHANGE
 RESORT_ROWS, RESORT_S = 1000, 3.0   # a list this long is re-sorted this often while predicting
 ROW_CHUNK = 500   # rows made in one turn of the event loop (~15 ms)
-
-
-def _group(item) -> str:
-    return item.data(0, GROUP) or item.text(0).split(" ")[0]
-
-
-def match_items(tree) -> list:
-    """The rows of a level's tree that hold a match (children of the groups)."""
-    return [tree.topLevelItem(i).child(j) for i in range(tree.topLevelItemCount())
-            for j in range(tree.topLevelItem(i).childCount())]
-
-
-def arrange(found: list) -> list:
-    """[(group key, matches)] in the order shown: predicted savings first (each
-    transformation's rows by their change, its group where its best row is),
-    rows still waiting for a prediction after them, then NO_CHANGE."""
-    def key(m):
-        return (m.delta_bytes is None, m.delta_bytes or 0)
-    changing = sorted((m for m in found if m.delta_bytes != 0), key=key)
-    groups = {}
-    for m in changing:
-        groups.setdefault(m.transformation, []).append(m)
-    out = list(groups.items())
-    unchanged = [m for m in found if m.delta_bytes == 0]
-    if unchanged:
-        out.append((NO_CHANGE, unchanged))
-    return out
 
 
 class TransformPanel(QWidget):
@@ -100,8 +62,8 @@ class TransformPanel(QWidget):
             header.setResizeContentsPrecision(0)
             tree.setUniformRowHeights(True)
             header.moveSection(1, 0)   # the change in bytes first: it is what one compares
-            tree.itemCollapsed.connect(lambda item: self.collapsed.add(_group(item)))
-            tree.itemExpanded.connect(lambda item: self.collapsed.discard(_group(item)))
+            tree.itemCollapsed.connect(lambda item: self.collapsed.add(group_key(item)))
+            tree.itemExpanded.connect(lambda item: self.collapsed.discard(group_key(item)))
             tree.itemEntered.connect(self._entered)
             tree.currentItemChanged.connect(self._current_changed)
             tree.itemDoubleClicked.connect(lambda item, _col: self.apply_item(item))
@@ -243,7 +205,7 @@ class TransformPanel(QWidget):
         self._groups[level], self._items[level], self._rows[level] = groups, items, rows
         tree.addTopLevelItems(list(groups.values()))
         for group in groups.values():
-            group.setExpanded(_group(group) not in self.collapsed)
+            group.setExpanded(group_key(group) not in self.collapsed)
         if current is not None:
             tree.setCurrentItem(current)
         tree.verticalScrollBar().setValue(scroll)

@@ -29,7 +29,7 @@ from gui import timing_check  # noqa: E402
 from gui.controller import predict_all  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
 from gui.profile_names import node_times  # noqa: E402
-from gui.transform_panel import GROUP, NO_CHANGE, LEVELS, match_items  # noqa: E402
+from gui.match_rows import GROUP, NO_CHANGE, LEVELS, match_items  # noqa: E402
 
 # where `python tests/exports/make_exports.py --full vit` writes the ViT-tiny export
 FULL_EXPORTS = Path(os.environ.get("WORKBENCH_ZOO_FULL", "~/.cache/dace-workbench/zoo-full"))

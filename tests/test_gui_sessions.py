@@ -26,7 +26,7 @@ from gui.qtapp import ensure_app  # noqa: E402
 ensure_app()   # before pytest-qt's qapp: same fonts as the window and the screenshots
 from gui import sessions  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
-from gui.transform_panel import match_items  # noqa: E402
+from gui.match_rows import match_items  # noqa: E402
 
 
 def new_window(qtbot, settings_path):

@@ -16,6 +16,7 @@ import dace
 
 from workbench import nodeid
 from workbench.errors import TransformationError, WorkbenchError
+from workbench.importer.symbolic import symbolic_refusal
 
 LEVELS = ("local", "fusion", "layout", "global")
 ENTRY_POINT_GROUP = "dace_workbench.transformations"
@@ -98,10 +99,8 @@ class Transformation:
     # (buffer sharing, allocation once): its byte prediction is 0 without copying the
     # whole program (10 s on a ViT-tiny training program). Measured under full checks.
     same_bytes: bool = False
-    # True for a transformation checked on programs whose sizes are symbols
-    # (``workbench.importer.symbolic``): applied to such programs and verified at several
-    # sizes against onnxruntime (``tests/test_symbolic.py``). The others are not offered
-    # there; their refusal says why (``symbolic_refusal``).
+    # True when checked on programs whose sizes are symbols (``tests/test_symbolic.py``);
+    # the others are not offered there and say why (``importer.symbolic.symbolic_refusal``)
     symbolic: bool = False
 
     def find(self, sdfg: dace.SDFG, weights: dict = None) -> List[Match]:
@@ -314,15 +313,6 @@ def find_matches(t: Transformation, sdfg: dace.SDFG, weights: dict = None) -> Li
         return [] if weights is None else t.find(sdfg, weights)
 
 
-def symbolic_refusal(t: Transformation, sdfg: dace.SDFG) -> str:
-    """Why ``t`` is not offered on ``sdfg`` when its sizes are symbols; "" otherwise."""
-    if t.symbolic or not sdfg.symbols:
-        return ""
-    return (f"{t.name} is not checked on programs whose sizes are symbols "
-            f"({', '.join(sorted(sdfg.symbols))}) yet; open the model with those sizes fixed "
-            f"to use it")
-
-
 def explains(t: Transformation) -> bool:
     """Whether ``t`` says why it does not apply (overrides ``Transformation.refusals``)."""
     return type(t).refusals is not Transformation.refusals
@@ -333,10 +323,9 @@ def refusals(t: Transformation, sdfg: dace.SDFG, weights: dict = None,
     """``t``'s refusals for the nodes of a selection (identities, ONNX node names or
     nodes, as ``Session.transformations`` takes them; None: every node), weights
     handed as ``find_matches`` hands them, each with ``transformation`` set. Read only."""
-    why = symbolic_refusal(t, sdfg)
-    if why:   # said once per selected node, not for every node of the whole graph
-        wanted = () if nodes is None else sorted(nodeid.selection(sdfg, nodes))
-        return [Refusal(why, node, t.name) for node in wanted]
+    if symbolic_refusal(t, sdfg):   # once per selected node, not for every node of the graph
+        return [Refusal(symbolic_refusal(t, sdfg), node, t.name)
+                for node in (sorted(nodeid.selection(sdfg, nodes)) if nodes is not None else ())]
     if not explains(t) or (t.needs_weights and weights is None):
         return []
     with nodeid.graph_unchanged():
@@ -367,9 +356,8 @@ def apply_match(t: Transformation, sdfg: dace.SDFG, match: Match, weights: dict 
     caller (a step applied to its region is checked on the whole graph it joins).
     ``decided``: ``t.decide``'s answer on the whole program, mapped onto ``sdfg``."""
     extra = {} if decided is None else {"decided": decided}
-    why = symbolic_refusal(t, sdfg)
-    if why:
-        raise TransformationError(f"{why}. The session is unchanged.")
+    if symbolic_refusal(t, sdfg):
+        raise TransformationError(f"{symbolic_refusal(t, sdfg)}. The session is unchanged.")
     if not t.needs_weights:
         t.apply(sdfg, match, **extra)
     elif weights is None:

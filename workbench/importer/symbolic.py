@@ -309,3 +309,13 @@ def shape_json(shape) -> list:
 
 def shape_text(shape) -> str:
     return "[" + ", ".join(dim_text(d) for d in shape) + "]"
+
+
+def symbolic_refusal(t, sdfg) -> str:
+    """Why transformation ``t`` is not offered on ``sdfg`` when its sizes are symbols
+    (``t.symbolic`` is false); "" otherwise."""
+    if t.symbolic or not sdfg.symbols:
+        return ""
+    return (f"{t.name} is not checked on programs whose sizes are symbols "
+            f"({', '.join(sorted(user_name(n) for n in sdfg.symbols))}) yet; open the model "
+            f"with those sizes fixed to use it")

@@ -48,7 +48,8 @@ class SessionFiles:
         lines += ["]", "", "", "def replay(model=MODEL):",
                   '    """Open ``model`` and apply STEPS; the first step that fails raises."""',
                   "    ws = workbench.open(model, input_shapes=INPUT_SHAPES if model == MODEL "
-                  "else None,", "                        symbolic=SYMBOLIC)", "    ws.replay(STEPS, fingerprint=FINGERPRINT)",
+                  "else None,", "                        symbolic=SYMBOLIC)",
+                  "    ws.replay(STEPS, fingerprint=FINGERPRINT)",
                   "    return ws", "", "",
                   'if __name__ == "__main__":',
                   "    from workbench.cli.script import run_script",
