@@ -20,6 +20,7 @@ import gc
 import logging
 import time
 
+from PyQt5 import sip
 from PyQt5.QtCore import QEvent, QObject, QTimer
 from PyQt5.QtWidgets import QApplication
 
@@ -50,7 +51,11 @@ class IdleCollector(QObject):
             _stop_automatic_full_collections()
         _open.append(self)
         if parent is not None:   # a window deleted without a close event still lets go
-            parent.destroyed.connect(lambda *_, me=self: _forget(me))
+            # a module function, not a lambda: a full collection clears a collected
+            # closure's defaults, and Qt then called it without them (a TypeError seen
+            # when a frozen window was collected with everything at the last thaw)
+            self._parent_address = sip.unwrapinstance(parent)
+            parent.destroyed.connect(_parent_destroyed)
 
     def eventFilter(self, obj, event):
         if event.type() in _INPUT:
@@ -79,6 +84,12 @@ class IdleCollector(QObject):
         """The window closes: with the last one, CPython's own schedule comes back."""
         self._timer.stop()
         _forget(self)
+
+
+def _parent_destroyed(obj=None):
+    address = sip.unwrapinstance(obj) if obj is not None else None
+    for collector in [c for c in _open if getattr(c, "_parent_address", None) == address]:
+        _forget(collector)
 
 
 def _forget(collector):
