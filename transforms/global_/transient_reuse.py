@@ -51,10 +51,6 @@ def plan(sdfg, state) -> list:
     """Pools of array names (the first names the shared buffer), two or more each."""
     steps = dataflow_steps(state)
     before, order = step_ancestors(state)
-
-    def mask(nodes) -> int:
-        return step_bits(order, nodes)
-
     elsewhere = {root for s in sdfg.states() if s is not state
                  for root in families(sdfg, s)} | _interstate_names(sdfg)
     fams = {}
@@ -63,11 +59,11 @@ def plan(sdfg, state) -> list:
         if (desc is None or type(desc) is not dt.Array or not desc.transient or not fam.exact
                 or name in elsewhere or not fam.writers):
             continue
-        writers = mask(fam.writers)
+        writers = step_bits(order, fam.writers)
         if all(before[r] & writers for r in fam.readers):
             fams[name] = fam
     names = sorted(fams, key=lambda n: (min(order[w] for w in fams[n].writers), n))
-    uses = {n: mask(fams[n].uses) for n in names}
+    uses = {n: step_bits(order, fams[n].uses) for n in names}
     # a pool's arrays are dead before every use of ``name`` when all their uses are
     # ancestors of each of its uses
     before_all = {}

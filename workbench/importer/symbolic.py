@@ -27,6 +27,8 @@ and the results are compared (``generalize``):
 Imports are not cheap (three or more per model), and a model that folds
 differently at another size is refused rather than guessed.
 """
+import functools
+
 import dace
 import numpy as np
 import sympy
@@ -60,6 +62,7 @@ class NotSymbolic(ShapeError):
     """The model does not import as one program for every size of its symbols."""
 
 
+@functools.lru_cache(maxsize=None)
 def internal_name(name: str) -> str:
     """The SDFG's name for the dim ``name``: itself, or ``name_`` where DaCe's parser
     would read it as a function of its math library inside an expression
@@ -202,7 +205,7 @@ def _same_program(base, others, names):
 
 def _shape_input(node, position, what, value=None):
     """Refuse a constant input that changes with the size unless ``node`` takes its
-    output shape from its output array instead of reading it (rule 4)."""
+    output shape from its output array instead of reading it (rule 5)."""
     if (node.op_type, position) not in SHAPE_INPUTS:
         raise NotSymbolic(f"{value or 'input ' + str(position)} of {node.op_type} "
                           f"{node.onnx_name} changes {what} (a shape or an index computed "

@@ -171,8 +171,7 @@ class SessionRuns:
         """Run the program (built for ``target``; see ``run``) and onnxruntime (or
         ``expect``) on the same inputs; compare. A symbolic program's random inputs are
         made at ``sizes`` (default: ``symbols``)."""
-        if inputs is None:   # a training session's draws take no sizes: it has none
-            inputs = self.random_inputs() if sizes is None else self.random_inputs(sizes=sizes)
+        inputs = self.random_inputs(sizes=sizes) if inputs is None else inputs
         timings = {}
         build = self._runnable_build(target, arch)
         with self.progress.phase("run workbench program"):

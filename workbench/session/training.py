@@ -157,8 +157,9 @@ class TrainingSession(Session):
                 batch[name] = rng.standard_normal(shape).astype(np.float32)
         return batch
 
-    def random_inputs(self, seed: int = 0) -> dict:
-        """What ``verify`` and the step checks run: a random batch at the current state."""
+    def random_inputs(self, seed: int = 0, sizes: dict = None) -> dict:
+        """What ``verify`` and the step checks run: a random batch at the current state.
+        ``sizes`` is for symbolic programs; a training program has fixed sizes."""
         return self.feeds(self.random_batch(seed))
 
 
