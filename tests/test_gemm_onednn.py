@@ -145,3 +145,26 @@ def test_the_shim_reads_b_as_stored_or_transposed(strides):
         np.testing.assert_allclose(y, a @ b, rtol=1e-4, atol=1e-4)
     finally:
         lib.wb_dnnl_context_free(ctx)
+
+
+def test_one_call_site_serves_every_size_it_is_called_with():
+    """A program whose sizes are symbols calls one site with a descriptor per size: each
+    size gets its primitive, the sizes may come back in any order, and the weights of the
+    site stay right (packed once per layout)."""
+    lib = onednn._lib()
+    lib.wb_dnnl_matmul_at.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
+                                      ctypes.POINTER(onednn.MatMulDesc)] + [ctypes.c_void_p] * 4
+    ctx = lib.wb_dnnl_context_new()
+    site = ctypes.create_string_buffer(1)   # any address unique to the site
+    k, n = 16, 24
+    b, bias = rand(k, n, seed=2), rand(n, seed=3)
+    try:
+        for m in (5, 64, 1, 5, 64, 300):
+            d = onednn.MatMulDesc(m, k, n, k, n, (ctypes.c_long * 2)(n, 1), 1)
+            a, y = rand(m, k, seed=m), np.zeros((m, n), np.float32)
+            assert lib.wb_dnnl_matmul_at(ctx, ctypes.addressof(site), ctypes.byref(d),
+                                         a.ctypes.data, b.ctypes.data, bias.ctypes.data,
+                                         y.ctypes.data) == 0
+            np.testing.assert_allclose(y, a @ b + bias, rtol=1e-4, atol=1e-4)
+    finally:
+        lib.wb_dnnl_context_free(ctx)

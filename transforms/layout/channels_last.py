@@ -31,6 +31,7 @@ import math
 import dace
 
 from transforms.graph import access_nodes, onnx_ops
+from workbench.analysis.sizes import number_or_typical
 from transforms.layout.views import is_row_major
 from transforms.local.library_kernels import POOLS, fast
 from workbench.build import onednn
@@ -38,7 +39,7 @@ from workbench.errors import TransformationError, UnsupportedCaseError
 from workbench.ops.conv_onednn import post_ops
 from workbench.ops.node import OnnxOp
 from workbench.ops.pool_onednn import pool_desc
-from workbench.ops.registry import make_call
+from workbench.ops.registry import make_call, maybe
 from workbench.transformation_api import Transformation, register
 
 
@@ -95,7 +96,7 @@ def _candidate(sdfg, name) -> bool:
     desc = sdfg.arrays[name]
     return (desc.transient and type(desc) is dace.data.Array and desc.dtype == dace.float32
             and 3 <= len(desc.shape) <= 5 and desc.shape[1] > 1 and is_row_major(desc)
-            and math.prod(desc.shape[2:]) > 1)  # else both layouts are the same bytes
+            and maybe(math.prod(desc.shape[2:]) > 1))  # else both layouts are the same bytes
 
 
 def choose(sdfg):
@@ -176,7 +177,7 @@ def _slow_pools(sdfg, chosen) -> set:
             strides = (channels_last(array.shape) if arrays[conn] in chosen
                        else array.strides)
             for i, s in enumerate(strides):
-                getattr(desc, field)[i] = int(s)
+                onednn.set_size(desc, field, s, i)
         ok, kernel = onednn.check(desc)
         if not ok or not fast(kernel):
             bad |= touched
@@ -187,6 +188,7 @@ def _slow_pools(sdfg, chosen) -> set:
 class ChannelsLast(Transformation):
     level = "layout"
     name = "ChannelsLast"
+    symbolic = True   # verified at several sizes: tests/test_symbolic.py
     description = ("Store the tensors between oneDNN convolutions and pools channels-last "
                    "(no reorder around each call)")
 
@@ -194,7 +196,7 @@ class ChannelsLast(Transformation):
         arrays, pools = choose(sdfg)
         if not arrays:
             return []
-        size = sum(sdfg.arrays[a].total_size * 4 for a in arrays)
+        size = sum(number_or_typical(sdfg.arrays[a].total_size) * 4 for a in arrays)
         concats = sum(1 for _, n in pools if n.op_type == "Concat")
         return [self.match({}, f"{len(arrays)} tensors ({size / 1e6:.2f} MB) channels-last, "
                                f"{len(pools) - concats} pools on oneDNN"

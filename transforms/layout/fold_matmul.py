@@ -103,6 +103,7 @@ def plan(sdfg, state, node, operand: str):
 class FoldTransposeIntoMatMul(OperatorTransformation):
     level = "layout"
     name = "FoldTransposeIntoMatMul"
+    symbolic = True   # verified at several sizes: tests/test_symbolic.py
     description = "Let a MatMul/Gemm read or write a transposed operand in place (strided BLAS)"
     op_types = TARGETS
     option_names = ("operand",)

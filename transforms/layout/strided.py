@@ -4,7 +4,7 @@ A view is (logical shape, strides in elements) over a row-major array.
 Shared by FoldTransposeIntoMatMul and ConvAsGemm.
 """
 from transforms.layout.views import full, row_major
-from workbench.ops.layout_ops import DOMAIN, OP_TYPE, gemm_plan
+from workbench.ops.layout_ops import DOMAIN, OP_TYPE, attr_sizes, gemm_plan, size_attr
 from workbench.ops.node import OnnxOp
 
 KEYS = ("a", "b", "c", "y")
@@ -31,8 +31,8 @@ def node_views(sdfg, state, node):
     """The views a MatMul or MatMulStrided node reads and writes through."""
     if node.op_type == OP_TYPE:
         attrs = node.attrs
-        return {k: (tuple(attrs.get(f"{k}_shape") or attrs["y_shape"]),
-                    tuple(attrs[f"{k}_strides"])) for k in KEYS if f"{k}_strides" in attrs}
+        return {k: (attr_sizes(attrs.get(f"{k}_shape") or attrs["y_shape"]),
+                    attr_sizes(attrs[f"{k}_strides"])) for k in KEYS if f"{k}_strides" in attrs}
     shape = {e.dst_conn or e.src_conn: sdfg.arrays[e.data.data].shape
              for e in list(state.in_edges(node)) + list(state.out_edges(node))}
     return matmul_views(shape["A"], shape["B"], shape["Y"])
@@ -64,7 +64,8 @@ def blas_friendly(views) -> bool:
 def attrs(views, alpha=1.0, beta=1.0) -> dict:
     out = {"alpha": float(alpha), "beta": float(beta)}
     for k, (shape, strides) in views.items():
-        out[f"{k}_shape"], out[f"{k}_strides"] = list(map(int, shape)), list(map(int, strides))
+        out[f"{k}_shape"] = [size_attr(n) for n in shape]
+        out[f"{k}_strides"] = [size_attr(n) for n in strides]
     return out
 
 

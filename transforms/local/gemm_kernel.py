@@ -49,6 +49,7 @@ def constant_b(sdfg, state, node, call, weights):
 class GemmOnOneDNN(OperatorTransformation):
     level = "local"
     name = "GemmOnOneDNN"
+    symbolic = True   # verified at several sizes: tests/test_symbolic.py
     description = ("Run a GEMM with constant weights on oneDNN (weights packed once) where it "
                    "measured faster than the BLAS on this machine")
     op_types = GEMMS | {"GemmEpilogue"}

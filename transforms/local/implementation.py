@@ -9,9 +9,6 @@ from workbench.transformation_api import Refusal, register
 STRIDED = {"onednn", "direct"}  # implementations that read operands at any strides
 # (op type, implementation) that takes B as a constant of the program (packed once)
 PACKS_B = {("MatMul", "onednn"), ("Gemm", "onednn"), ("GemmEpilogue", "onednn")}
-# implementations whose expansion needs every size as a number (oneDNN's primitives are
-# made for one shape at expansion): not offered where sizes are symbols
-FIXED_SIZES = {"onednn"}
 
 
 @register
@@ -31,9 +28,6 @@ class ChooseImplementation(OperatorTransformation):
         # applying the implementation it has already is harmless (a replayed recipe)
         if implementation not in implementations_of(node.op_type):
             return None
-        if implementation in FIXED_SIZES and sdfg.symbols:
-            return Refusal(f"{implementation} builds its primitive for one size; the sizes of "
-                           f"this program are symbols ({', '.join(sorted(sdfg.symbols))})")
         if (node.op_type, implementation) in PACKS_B:
             # it cannot tell weights from inputs (it runs without them, inside bodies too)
             return Refusal(f"{implementation} packs B once: GemmOnOneDNN chooses it where "

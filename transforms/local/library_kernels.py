@@ -63,6 +63,7 @@ def onednn_kernel(sdfg, state, node):
 class OnOneDNN(OperatorTransformation):
     level = "local"
     name = "OnOneDNN"
+    symbolic = True   # verified at several sizes: tests/test_symbolic.py
     description = ("Run a convolution or pooling on oneDNN's kernels (weights reordered once, "
                    "epilogue as post-ops)")
     op_types = {"Conv", "ConvEpilogue"} | POOLS

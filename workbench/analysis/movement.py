@@ -96,7 +96,7 @@ def _movement(sdfg: dace.SDFG, names: dict) -> DataMovement:
                 per_op[owners.get(node, name)] += _edge_bytes(edge, sdfg)
         for node in state.nodes():
             if isinstance(node, OnnxOp):
-                inside = moved_inside(node, state, sdfg)
+                inside = number(moved_inside(node, state, sdfg))
                 if inside:
                     per_op[owners.get(node, operator_name(node, names))] += inside
             if isinstance(node, nodes.NestedSDFG) and state.entry_node(node) is None:

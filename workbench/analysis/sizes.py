@@ -41,3 +41,14 @@ def number(value) -> int:
     expr = value if isinstance(value, sympy.Basic) else sympy.sympify(value)
     known = {s: lookup(sizes, s) for s in expr.free_symbols}
     return int(expr.subs({s: v for s, v in known.items() if v is not None}))
+
+
+def number_or_typical(value) -> int:
+    """``number(value)`` at the sizes set, else with every symbol at a typical size
+    (``registry.TYPICAL_SIZE``): for what only describes or probes (a match's text,
+    whether a library has a kernel), never for a figure."""
+    from workbench.ops.registry import typical
+    try:
+        return number(value)
+    except TypeError:
+        return typical(value)

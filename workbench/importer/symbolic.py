@@ -266,6 +266,9 @@ def sizes_of(info_shapes: dict, values: dict) -> dict:
         for dim, size in zip(shape, got):
             if isinstance(dim, sympy.Symbol):
                 key = user_name(str(dim))
+                if int(size) < 1:   # the generated code assumes sizes of at least 1
+                    raise ShapeError(f"input '{name}' is empty along '{key}': a symbolic "
+                                     f"size must be at least 1.")
                 if found.setdefault(key, int(size)) != int(size):
                     raise ShapeError(f"'{key}' is {found[key]} in one input and {size} "
                                      f"in '{name}'.")

@@ -45,15 +45,19 @@ def conv_desc(call, x, w, y, has_bias: bool, post: PostOps = None) -> onednn.Con
         raise call.fail("the oneDNN implementation is float32 only")
     win = sliding_window(call, xs, ys, ws[2:])
     d = onednn.ConvDesc()
-    d.nsp, d.n, d.c, d.m, d.groups = nsp, xs[0], xs[1], ys[1], call.attr("group", 1)
+    d.nsp, d.groups = nsp, call.attr("group", 1)
+    size = onednn.set_size
+    for f, v in (("n", xs[0]), ("c", xs[1]), ("m", ys[1])):
+        size(d, f, v)
     for i in range(nsp):
-        d.in_[i], d.out[i], d.k[i] = xs[2 + i], ys[2 + i], ws[2 + i]
-        d.stride[i], d.dil[i] = win.strides[i], win.dilations[i]
-        d.pad_l[i], d.pad_r[i] = win.begin[i], win.end[i]
+        for f, v in (("in_", xs[2 + i]), ("out", ys[2 + i]), ("k", ws[2 + i]),
+                     ("stride", win.strides[i]), ("dil", win.dilations[i]),
+                     ("pad_l", win.begin[i]), ("pad_r", win.end[i])):
+            size(d, f, v, i)
     for i, s in enumerate(strides_of(call, x)):
-        d.src_strides[i] = s
+        size(d, "src_strides", s, i)
     for i, s in enumerate(strides_of(call, y)):
-        d.dst_strides[i] = s
+        size(d, "dst_strides", s, i)
     d.has_bias = int(has_bias)
     for i, (kind, alpha, beta) in enumerate((post or PostOps()).ops):
         d.post[i], d.alpha[i], d.beta[i] = onednn.POST[kind], alpha, beta
@@ -62,7 +66,9 @@ def conv_desc(call, x, w, y, has_bias: bool, post: PostOps = None) -> onednn.Con
 
 
 def strides_of(call, conn) -> tuple:
-    return tuple(int(s) for s in call._desc(conn).strides)
+    """The array's strides: ints, or expressions of a symbolic program's sizes."""
+    from workbench.ops.registry import sized
+    return tuple(sized(s) for s in call._desc(conn).strides)
 
 
 def library_sdfg(call, x, w, b, y, post: PostOps = None):
@@ -76,8 +82,7 @@ def library_sdfg(call, x, w, b, y, post: PostOps = None):
         operands["__r"] = post.residual
     args = ", ".join(name if name in operands else "nullptr"
                      for name in ("__x", "__w", "__b", "__r"))
-    return library_call(call, "convolution", d, operands, y, f"wb_dnnl_conv(__state->wb_dnnl, "
-                        f"&desc_, {args}, __y)")
+    return library_call(call, "convolution", d, operands, y, "wb_dnnl_conv", f"{args}, __y")
 
 
 def library_ready(call):
@@ -89,9 +94,12 @@ def library_ready(call):
                         "onednn-devel-cpu-gomp; see README 'Kernel libraries')")
 
 
-def library_call(call, what: str, desc, operands: dict, y: str, invocation: str):
-    """An SDFG of one C++ tasklet running ``invocation`` (a shim call returning 0 on success)
-    with ``desc_`` the static descriptor; the arrays keep the strides they have outside."""
+def library_call(call, what: str, desc, operands: dict, y: str, function: str, args: str):
+    """An SDFG of one C++ tasklet calling the shim's ``function`` (returning 0 on success)
+    with ``args`` after the descriptor; the arrays keep the strides they have outside.
+    A descriptor with symbolic sizes (``onednn.set_size``) is filled on each call and
+    names its call site apart (``function``'s ``_at`` form): the shim keeps a primitive
+    per size seen."""
     ok, why = onednn.check(desc)
     if not ok:
         raise call.fail(f"oneDNN has no kernel for this {what}: {why}")
@@ -100,9 +108,15 @@ def library_call(call, what: str, desc, operands: dict, y: str, invocation: str)
     for conn, array in {**call.inputs, **call.outputs}.items():
         sdfg.add_array(conn, array.shape, array.dtype, strides=array.strides,
                        total_size=array.total_size)
-    code = (f"static const {onednn.C_TYPES[type(desc)][0]} "
-            f"desc_ = {onednn.c_initializer(desc)};\n"
-            f"if ({invocation} != 0) {{\n"
+    ctype, sized = onednn.C_TYPES[type(desc)][0], onednn.c_assignments(desc, "desc_")
+    if sized:
+        head = (f"static const {ctype} site_ = {onednn.c_initializer(desc)};\n"
+                f"{ctype} desc_ = site_;\n{sized}")
+        invocation = f"{function}_at(__state->wb_dnnl, &site_, &desc_, {args})"
+    else:
+        head = f"static const {ctype} desc_ = {onednn.c_initializer(desc)};\n"
+        invocation = f"{function}(__state->wb_dnnl, &desc_, {args})"
+    code = (head + f"if ({invocation} != 0) {{\n"
             f"  fprintf(stderr, \"oneDNN {what} {call.name} failed\\n\");\n"
             f"  abort();\n}}")
     library_tasklet(sdfg, state, f"{call.node.label}_onednn", operands, ("__y", y), code,

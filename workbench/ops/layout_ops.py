@@ -9,7 +9,9 @@ Attributes give each tensor a logical view over its stored row-major array,
     A [*batch, M, K]   B [*batch, K, N]   Y, C [*batch, M, N]
     Y = alpha * A @ B + beta * C          (C, the bias, is optional)
 
-A broadcast dimension has stride 0. The BLAS implementation calls one GEMM
+A broadcast dimension has stride 0. In a program whose sizes are symbols
+(``workbench.importer.symbolic``) a size or stride may be an expression,
+kept as its text (``"64*sequence_"``). The BLAS implementation calls one GEMM
 per batch index with leading dimensions taken from the strides (a matrix
 whose rows or columns are contiguous is a plain or transposed BLAS operand);
 the pure one is a parallel map over Y's elements, each a dot product loop.
@@ -19,27 +21,48 @@ import dace
 from workbench.build.settings import blas_implementation
 from workbench.ops.index_maps import op_sdfg
 from workbench.ops.library_tasklet import library_tasklet
-from workbench.ops.registry import implements, mapped_tasklet
+from workbench.ops.registry import (cpp_size, implements, mapped_tasklet, maybe, sized,
+                                       surely)
 
 OP_TYPE = "MatMulStrided"
 DOMAIN = "workbench"
 
 
+def size_attr(value):
+    """A size or stride as an attribute holds it: an int, or the text of an expression."""
+    try:
+        return int(value)
+    except TypeError:
+        return str(value)
+
+
+def attr_size(value):
+    """``size_attr``'s inverse: an int, or a sympy expression of DaCe symbols."""
+    if isinstance(value, str):
+        from dace.symbolic import pystr_to_symbolic
+        return sized(pystr_to_symbolic(value))
+    return value
+
+
+def attr_sizes(values) -> tuple:
+    return tuple(attr_size(v) for v in values)
+
+
 def views(call) -> dict:
     """Connector -> (logical shape, strides) for every present tensor."""
-    y_shape = tuple(call.attr("y_shape"))
+    y_shape = attr_sizes(call.attr("y_shape"))
     out = {}
     for pos, key in ((0, "a"), (1, "b"), (2, "c")):
         if call.input(pos):
-            shape = tuple(call.attr(f"{key}_shape") or y_shape)
-            out[call.input(pos)] = (shape, tuple(call.attr(f"{key}_strides")))
-    out[call.output(0)] = (y_shape, tuple(call.attr("y_strides")))
+            shape = attr_sizes(call.attr(f"{key}_shape") or y_shape)
+            out[call.input(pos)] = (shape, attr_sizes(call.attr(f"{key}_strides")))
+    out[call.output(0)] = (y_shape, attr_sizes(call.attr("y_strides")))
     return out
 
 
 def flat(view, index) -> str:
-    """Flat element position of logical ``index`` (expressions) in a view."""
-    return " + ".join(f"{p} * {s}" for p, s in zip(index, view[1]) if s) or "0"
+    """Flat element position of logical ``index`` (expressions) in a view, in C++."""
+    return " + ".join(f"{p} * {cpp_size(s)}" for p, s in zip(index, view[1]) if s) or "0"
 
 
 def _pointwise(call, state, label, ranges, reads, code, collapse=None):
@@ -137,7 +160,7 @@ def matmul_strided(call):
     index = [f"b{i}" for i in range(len(batch))]
     ctype = call.dtype(y).ctype
     terms = (f"{ctype} acc = 0;\n"
-             f"for (long long k = 0; k < {K}; ++k) "
+             f"for (long long k = 0; k < {cpp_size(K)}; ++k) "
              f"acc += _{a}[{flat(v[a], index + ['m', 'k'])}] * _{b}[{flat(v[b], index + ['k', 'n'])}];\n")
     bias = f" + {call.attr('beta', 1.0)!r} * _{c}[{flat(v[c], index + ['m', 'n'])}]" if c else ""
     code = terms + f"_y[{flat(v[y], index + ['m', 'n'])}] = {call.attr('alpha', 1.0)!r} * acc{bias};"
@@ -153,14 +176,24 @@ def blas_operand(shape, strides):
     """
     (rows, cols), (sr, sc) = shape, strides
     if cols == 1 or sc == 1:
-        ld = sr if rows > 1 else max(1, cols)
-        if ld >= max(1, cols):
+        ld = _leading(rows, sr, cols)
+        if ld is not None:
             return "N", ld
     if rows == 1 or sr == 1:
-        ld = sc if cols > 1 else max(1, rows)
-        if ld >= max(1, rows):
+        ld = _leading(cols, sc, rows)
+        if ld is not None:
             return "T", ld
     return None
+
+
+def _leading(count, stride, width):
+    """The leading dimension of ``count`` vectors ``stride`` apart, each ``width``
+    contiguous values: the BLAS takes at least max(1, width); None when the stride is
+    not that at every size."""
+    least = width if surely(width >= 1) else 1
+    if count == 1:
+        return least
+    return stride if surely(stride >= least) else None
 
 
 def gemm_plan(view_of: dict, a: str, b: str, y: str):
@@ -237,16 +270,23 @@ def _gemm_code(plan, view_of, conns, y, batch, dtype, alpha, beta) -> str:
     loops = [f"__b{i}" for i in range(len(batch))]
     at = {c: flat(view_of[c], loops) for c in view_of}
     trans = {"N": "CblasNoTrans", "T": "CblasTrans"}
-    call = (f"cblas_{prefix}gemm(CblasRowMajor, {trans[ta]}, {trans[tb]}, {M}, {N}, {K}, "
-            f"({ctype})({alpha!r}), {conns[first]} + ({at[first]}), {lda}, "
-            f"{conns[second]} + ({at[second]}), {ldb}, ({ctype})({beta!r}), "
-            f"_y + ({at[y]}), {ldy});")
-    lines = [f"for (long long {p} = 0; {p} < {n}; ++{p}) {{" for p, n in zip(loops, batch)]
+    c = cpp_size
+    call = (f"cblas_{prefix}gemm(CblasRowMajor, {trans[ta]}, {trans[tb]}, {c(M)}, {c(N)}, "
+            f"{c(K)}, ({ctype})({alpha!r}), {conns[first]} + ({at[first]}), {c(lda)}, "
+            f"{conns[second]} + ({at[second]}), {c(ldb)}, ({ctype})({beta!r}), "
+            f"_y + ({at[y]}), {c(ldy)});")
+    lines = [f"for (long long {p} = 0; {p} < {c(n)}; ++{p}) {{" for p, n in zip(loops, batch)]
     count = 1
     for n in batch:
         count *= n
-    if count > 1 and M * N * K <= SMALL_GEMM:   # Y's blocks are disjoint: no race
-        lines.insert(0, f"#pragma omp parallel for collapse({len(loops)}) schedule(static)")
+    parallel = f"#pragma omp parallel for collapse({len(loops)}) schedule(static)"
+    small = (count > 1) & (M * N * K <= SMALL_GEMM)   # Y's blocks are disjoint: no race
+    if surely(small):
+        lines.insert(0, parallel)
+    elif maybe(small):
+        # symbolic sizes: OpenMP decides per call, as the fixed program decides once
+        lines.insert(0, f"{parallel} if(({c(count)}) > 1 && "
+                        f"(long long)({c(M)}) * ({c(N)}) * ({c(K)}) <= {SMALL_GEMM}LL)")
     return "\n".join(lines + [call] + ["}"] * len(loops))
 
 

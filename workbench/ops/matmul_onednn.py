@@ -19,7 +19,7 @@ import dace
 
 from workbench.build import onednn
 from workbench.errors import UnsupportedCaseError
-from workbench.ops.conv_onednn import library_call, library_ready
+from workbench.ops.conv_onednn import library_call, library_ready, strides_of
 from workbench.ops.linalg import add_bias_state
 from workbench.ops.registry import expand_as, implements
 
@@ -49,21 +49,24 @@ def gemm_desc(call) -> onednn.MatMulDesc:
         raise call.fail("the oneDNN GEMM takes a 2-D B (no batch of weights)")
     transposed = gemm and call.attr("transB", 0)
     k, n = bs[::-1] if transposed else bs
-    a_rows = rows_of(call.shape(a), _strides(call, a))
-    y_rows = rows_of(call.shape(y), _strides(call, y))
+    a_rows = rows_of(call.shape(a), strides_of(call, a))
+    y_rows = rows_of(call.shape(y), strides_of(call, y))
     if a_rows is None or y_rows is None or a_rows[0] != y_rows[0] or call.shape(a)[-1] != k:
         raise call.fail("A's and Y's rows do not fold into one matrix each")
-    bst = _strides(call, b)
+    bst = strides_of(call, b)
     d = onednn.MatMulDesc()
-    d.m, d.k, d.n, d.lda, d.ldc = a_rows[0], k, n, a_rows[1], y_rows[1]
-    d.b_strides[0], d.b_strides[1] = (bst[1], bst[0]) if transposed else bst
-    if 0 in (d.m, d.k, d.n):
+    for f, v in (("m", a_rows[0]), ("k", k), ("n", n), ("lda", a_rows[1]), ("ldc", y_rows[1])):
+        onednn.set_size(d, f, v)
+    for i, s in enumerate((bst[1], bst[0]) if transposed else bst):
+        onednn.set_size(d, "b_strides", s, i)
+    if 0 in (a_rows[0], k, n):
         raise call.fail("an empty product")
     return d
 
 
-def _strides(call, conn) -> tuple:
-    return tuple(int(s) for s in call._desc(conn).strides)
+def rows(desc):
+    """The descriptor's M: an int, or the expression of a symbolic program's sizes."""
+    return getattr(desc, "symbolic", {}).get("m", desc.m)
 
 
 def b_is_transient(call) -> bool:
@@ -82,11 +85,10 @@ def _library(call):
             bias = c
     d.has_bias = int(bias is not None)
     operands = {"__a": a, "__b": b, **({"__bias": bias} if bias else {})}
-    sdfg = library_call(call, "gemm", d, operands, y,
-                        f"wb_dnnl_matmul(__state->wb_dnnl, &desc_, __a, __b, "
-                        f"{'__bias' if bias else 'nullptr'}, __y)")
+    sdfg = library_call(call, "gemm", d, operands, y, "wb_dnnl_matmul",
+                        f"__a, __b, {'__bias' if bias else 'nullptr'}, __y")
     if call.op_type == "Gemm" and c is not None and call.attr("beta", 1.0) != 0 and not bias:
-        add_bias_state(call, sdfg, sdfg.sink_nodes()[0], d.m, d.n)
+        add_bias_state(call, sdfg, sdfg.sink_nodes()[0], rows(d), d.n)
     return sdfg
 
 

@@ -5,8 +5,6 @@ their own strides, so a pool between two convolutions keeps channels-last
 data as it lies (ChannelsLast). MaxPool's optional Indices output is not
 offered: the node keeps its own implementation then.
 """
-import math
-
 import dace
 
 from workbench.build import onednn
@@ -28,7 +26,10 @@ def pool_desc(call) -> onednn.PoolDesc:
     if call.output(1) is not None:
         raise call.fail("oneDNN's pooling gives no Indices output")
     d = onednn.PoolDesc()
-    d.nsp, d.n, d.c = nsp, xs[0], xs[1]
+    d.nsp = nsp
+    size = onednn.set_size
+    size(d, "n", xs[0])
+    size(d, "c", xs[1])
     if call.op_type.startswith("Global"):
         kernel, strides, dil, begin, end = xs[2:], [1] * nsp, [1] * nsp, [0] * nsp, [0] * nsp
     else:
@@ -37,24 +38,28 @@ def pool_desc(call) -> onednn.PoolDesc:
                                             win.end)
     include_pad = call.op_type == "AveragePool" and call.attr("count_include_pad", 0) == 1
     for i in range(nsp):
-        d.in_[i], d.out[i], d.k[i] = xs[2 + i], ys[2 + i], kernel[i]
-        d.stride[i], d.dil[i], d.pad_l[i] = strides[i], dil[i], begin[i]
+        for f, v in (("in_", xs[2 + i]), ("out", ys[2 + i]), ("k", kernel[i]),
+                     ("stride", strides[i]), ("dil", dil[i]), ("pad_l", begin[i])):
+            size(d, f, v, i)
         # oneDNN wants the end pad that makes exactly ys windows (ceil_mode's last window
         # reaches past ONNX's pads); such taps are skipped by max and exclude-pad averages
         reach = (ys[2 + i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1
-        needed = max(reach - xs[2 + i] - begin[i], 0)
+        try:
+            needed = max(reach - xs[2 + i] - begin[i], 0)
+        except TypeError:   # sympy: the sign changes with a symbolic size
+            raise call.fail("a pool whose end pad depends on a symbolic size") from None
         if needed != end[i] and include_pad:
             raise call.fail("an AveragePool counting pads with ceil_mode windows past the pads")
-        d.pad_r[i] = needed
+        size(d, "pad_r", needed, i)
     for i, s in enumerate(strides_of(call, x)):
-        d.src_strides[i] = s
+        size(d, "src_strides", s, i)
     for i, s in enumerate(strides_of(call, y)):
-        d.dst_strides[i] = s
+        size(d, "dst_strides", s, i)
     if call.op_type in ("MaxPool", "GlobalMaxPool"):
         d.algorithm = onednn.POOL["max"]
     else:
         d.algorithm = onednn.POOL["avg_include_pad" if include_pad else "avg_exclude_pad"]
-    if 0 in xs or math.prod(ys) == 0:
+    if 0 in xs or 0 in ys:
         raise call.fail("an empty tensor")
     return d
 
@@ -65,6 +70,6 @@ def pool_onednn(call):
     try:
         library_ready(call)
         return library_call(call, "pooling", pool_desc(call), {"__x": call.input(0)},
-                            call.output(0), "wb_dnnl_pool(__state->wb_dnnl, &desc_, __x, __y)")
+                            call.output(0), "wb_dnnl_pool", "__x, __y")
     except UnsupportedCaseError:
         return expand_as(call)

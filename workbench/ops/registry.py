@@ -66,13 +66,14 @@ def moves_inside(*op_types: str, impl: str):
     return register
 
 
-def moved_inside(node, state, sdfg) -> int:
-    """Bytes the node's implementation moves inside itself beyond its edges' (0 if none)."""
+def moved_inside(node, state, sdfg):
+    """Bytes the node's implementation moves inside itself beyond its edges' (0 if none):
+    an int, or an expression of a symbolic program's sizes."""
     fn = _MOVED_INSIDE.get((node.op_type, node.implementation))
     if fn is None:
         return 0
     try:
-        return int(fn(make_call(node, state, sdfg)))
+        return sized(fn(make_call(node, state, sdfg)))
     except (UnsupportedCaseError, StopIteration, KeyError):
         return 0  # the build will say why it cannot expand
 
@@ -100,11 +101,16 @@ def is_supported(op_type: str, domain: str = "") -> bool:
 
 def surely(condition) -> bool:
     """A size comparison that holds at every size: with symbolic sizes
-    (``workbench.importer.symbolic``) one that depends on them is not sure. Only for
-    choices of speed (how to split work), never of meaning."""
+    (``workbench.importer.symbolic``) one that depends on them is not sure. Sizes are at
+    least 1 (``Session.run`` refuses empty ones). Only for choices of speed (how to split
+    work), never of meaning."""
     try:
         return bool(condition)
     except TypeError:   # sympy: "cannot determine truth value of Relational"
+        pass
+    try:
+        return bool(_sizes_at_least_one(condition))
+    except TypeError:
         return False
 
 
@@ -115,7 +121,33 @@ def maybe(condition) -> bool:
     try:
         return bool(condition)
     except TypeError:
+        pass
+    try:
+        return bool(_sizes_at_least_one(condition))
+    except TypeError:
         return True
+
+
+def _sizes_at_least_one(condition):
+    """``condition`` with every symbol s written 1 + t, t a non-negative integer, so that
+    sympy can decide what holds for every size of at least 1."""
+    import sympy
+    return condition.subs({s: 1 + sympy.Symbol(f"{s.name}_above_one", integer=True,
+                                                 nonnegative=True)
+                           for s in condition.free_symbols})
+
+
+# the size every symbol stands at where only an order of magnitude matters (a loop order)
+TYPICAL_SIZE = 16
+
+
+def typical(value) -> int:
+    """A size as a number: an int as it is, an expression with every symbol at
+    ``TYPICAL_SIZE``. Only for choices of speed."""
+    try:
+        return int(value)
+    except TypeError:
+        return int(value.subs({s: TYPICAL_SIZE for s in value.free_symbols}))
 
 
 def cpp_size(value) -> str:
@@ -140,7 +172,8 @@ def broadcast_dim(x, z):
     raise TypeError(f"sizes {x} and {z} broadcast only if one of them is 1 at run time")
 
 
-def _size(dim):
+def sized(dim):
+    """A size or stride: an int, or an expression of a symbolic program's symbols."""
     try:
         return int(dim)
     except TypeError:   # an expression of symbols
@@ -170,7 +203,7 @@ class OpCall:
     def shape(self, conn) -> tuple:
         """Ints, and expressions of the program's symbols where a size is symbolic
         (``workbench.importer.symbolic``; only ops in ``SYMBOLIC_OPS`` see those)."""
-        return tuple(_size(s) for s in self._desc(conn).shape)
+        return tuple(sized(s) for s in self._desc(conn).shape)
 
     def dtype(self, conn):
         return self._desc(conn).dtype

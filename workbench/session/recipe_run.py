@@ -149,6 +149,7 @@ def _finish(ws, start: int):
     to the step before it and the later steps dropped."""
     import logging
     from workbench.analysis.movement import data_movement, same_figure
+    from workbench.analysis.sizes import at_sizes
     if ws.position == start:
         return None
     why = _invalid(ws.sdfg)
@@ -162,7 +163,8 @@ def _finish(ws, start: int):
         ws.autosave()
         return first, entry, why
     kept = ws.data_movement()
-    full = data_movement(ws.sdfg, ws.operator_names())
+    with at_sizes(ws.model.symbols):
+        full = data_movement(ws.sdfg, ws.operator_names())
     if not same_figure(kept, full):   # a bug in the working graph: the full figure wins
         logging.getLogger(__name__).warning(
             "the kept data-movement figure (%d B) differs from a full analysis (%d B) after "

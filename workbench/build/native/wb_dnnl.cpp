@@ -5,12 +5,14 @@
 // machine into libwb_dnnl.so (workbench/build/onednn.py).
 //
 // A program instance owns one context (DaCe state field, made in
-// __dace_init). Each convolution call site passes a pointer to its static
-// descriptor; the context keeps, per site, the primitive (created on the
-// first call) and the weights reordered into the primitive's layout. The
-// reordered weights are reused while the call passes the same weight
-// pointer with the same sampled values: weights are constants of the
-// program, as initializers are for onnxruntime.
+// __dace_init). Each call site passes a pointer that names it (its static
+// descriptor) and the descriptor of this call; the context keeps, per site, a
+// primitive per descriptor seen (created on its first call: a program whose
+// sizes are symbols calls a site with other sizes) and the weights reordered
+// into the primitives' layout, once per layout. The reordered weights are
+// reused while the call passes the same weight pointer with the same sampled
+// values: weights are constants of the program, as initializers are for
+// onnxruntime.
 #include "wb_dnnl.h"
 
 #include <dnnl.hpp>
@@ -76,10 +78,11 @@ struct Packed {
 };
 
 struct Conv {
-    wb_conv_desc desc;        // what it was made for (a call site's static descriptor)
+    wb_conv_desc desc;        // what it was made for
     dnnl::convolution_forward prim;
     memory::desc user_src, user_dst, user_wei, src_md, dst_md, wei_md, bias_md;
-    Packed packed;
+    long wei_count = 1;
+    Packed* packed = nullptr; // the site's weights in wei_md
     bool reorder_src = false, reorder_dst = false;
     std::string impl;         // oneDNN's name for the kernel it chose
     int add_index = -1;       // position of the residual Add (a sum) among the post-ops
@@ -95,12 +98,22 @@ struct Pool {
 
 struct MatMul;
 
+// A call site's primitives, one per descriptor it was called with (the oldest dropped
+// past MAX_SIZES), and its weights packed once per layout the primitives ask for.
+constexpr size_t MAX_SIZES = 32;
+
+template <class T>
+struct Site {
+    std::vector<std::unique_ptr<T>> made;
+    std::vector<std::unique_ptr<Packed>> packs;
+};
+
 struct Context {
     dnnl::engine engine{dnnl::engine::kind::cpu, 0};
     dnnl::stream stream{engine};
-    std::unordered_map<const wb_conv_desc*, std::unique_ptr<Conv>> convs;
-    std::unordered_map<const wb_pool_desc*, std::unique_ptr<Pool>> pools;
-    std::unordered_map<const wb_matmul_desc*, std::unique_ptr<MatMul>> matmuls;
+    std::unordered_map<const void*, Site<Conv>> convs;
+    std::unordered_map<const void*, Site<Pool>> pools;
+    std::unordered_map<const void*, Site<MatMul>> matmuls;
     std::mutex lock;
     std::string error;
 };
@@ -127,9 +140,7 @@ std::unique_ptr<Conv> make_conv(Context& ctx, const wb_conv_desc* d) {
     static const tag plain_w[] = {tag::undef, tag::undef, tag::undef, tag::oiw, tag::oihw, tag::oidhw};
     static const tag plain_gw[] = {tag::undef, tag::undef, tag::undef, tag::goiw, tag::goihw, tag::goidhw};
     c->user_wei = memory::desc(wei_dims, dt::f32, d->groups > 1 ? plain_gw[nd] : plain_w[nd]);
-    c->packed.user = c->user_wei;
-    c->packed.count = 1;
-    for (auto v : wei_dims) c->packed.count *= v;
+    for (auto v : wei_dims) c->wei_count *= v;
 
     dnnl::post_ops ops;
     for (int i = 0; i < d->n_post; ++i) {
@@ -176,7 +187,6 @@ std::unique_ptr<Conv> make_conv(Context& ctx, const wb_conv_desc* d) {
     c->reorder_dst = c->dst_md != c->user_dst;
     if (c->reorder_src) c->src_tmp = memory(c->src_md, ctx.engine);
     if (c->reorder_dst) c->dst_tmp = memory(c->dst_md, ctx.engine);
-    c->packed.weights = memory(c->wei_md, ctx.engine);
     return c;
 }
 
@@ -187,8 +197,9 @@ std::unique_ptr<Conv> make_conv(Context& ctx, const wb_conv_desc* d) {
 struct MatMul {
     wb_matmul_desc desc;
     dnnl::convolution_forward prim;
-    memory::desc user_a, user_y, bias_md;
-    Packed packed;
+    memory::desc user_a, user_y, bias_md, user_wei, wei_md;
+    long wei_count = 0;
+    Packed* packed = nullptr;
     std::string impl;
 };
 
@@ -197,9 +208,9 @@ std::unique_ptr<MatMul> make_matmul(Context& ctx, const wb_matmul_desc* d) {
     p->desc = *d;
     p->user_a = memory::desc({1, d->k, d->m}, dt::f32, {d->m * d->lda, 1, d->lda});
     p->user_y = memory::desc({1, d->n, d->m}, dt::f32, {d->m * d->ldc, 1, d->ldc});
-    p->packed.user = memory::desc({d->n, d->k, 1}, dt::f32,
-                                  {d->b_strides[1], d->b_strides[0], 1});
-    p->packed.count = d->k * d->n;
+    p->user_wei = memory::desc({d->n, d->k, 1}, dt::f32,
+                               {d->b_strides[1], d->b_strides[0], 1});
+    p->wei_count = d->k * d->n;
     p->bias_md = d->has_bias ? memory::desc({d->n}, dt::f32, tag::a) : memory::desc();
     memory::desc any_w({d->n, d->k, 1}, dt::f32, tag::any);
     const memory::dims one{1}, zero{0};
@@ -208,7 +219,7 @@ std::unique_ptr<MatMul> make_matmul(Context& ctx, const wb_matmul_desc* d) {
         p->user_a, any_w, p->bias_md, p->user_y, one, zero, zero, zero);
     p->prim = dnnl::convolution_forward(pd);
     p->impl = pd.impl_info_str();
-    p->packed.weights = memory(pd.weights_desc(), ctx.engine);
+    p->wei_md = pd.weights_desc();
     return p;
 }
 
@@ -240,15 +251,38 @@ std::unique_ptr<Pool> make_pool(Context& ctx, const wb_pool_desc* d) {
     return p;
 }
 
-// The call site's primitive (made on its first call, or again if its descriptor
-// changed), looked up under the context's lock.
+// The site's weights in the layout ``p`` reads them in (packed on the first call).
+template <class T>
+void attach(Context& ctx, Site<T>& site, T* p) {
+    for (auto& k : site.packs)
+        if (k->weights.get_desc() == p->wei_md && k->user == p->user_wei) {
+            p->packed = k.get();
+            return;
+        }
+    auto k = std::make_unique<Packed>();
+    k->user = p->user_wei;
+    k->count = p->wei_count;
+    k->weights = memory(p->wei_md, ctx.engine);
+    p->packed = k.get();
+    site.packs.push_back(std::move(k));
+}
+
+void attach(Context&, Site<Pool>&, Pool*) {}
+
+// The primitive of call site ``site`` for descriptor ``d`` (made on the first call with
+// it), looked up under the context's lock.
 template <class T, class D, class Make>
-T* slot_for(Context& ctx, std::unordered_map<const D*, std::unique_ptr<T>>& map, const D* d,
-            Make make) {
+T* slot_for(Context& ctx, std::unordered_map<const void*, Site<T>>& map, const void* site,
+            const D* d, Make make) {
     std::lock_guard<std::mutex> guard(ctx.lock);
-    auto& slot = map[d];
-    if (!slot || std::memcmp(&slot->desc, d, sizeof *d) != 0) slot = make(ctx, d);
-    return slot.get();
+    auto& here = map[site];
+    for (auto& p : here.made)
+        if (std::memcmp(&p->desc, d, sizeof *d) == 0) return p.get();
+    if (here.made.size() >= MAX_SIZES) here.made.erase(here.made.begin());
+    here.made.push_back(make(ctx, d));
+    T* p = here.made.back().get();
+    attach(ctx, here, p);
+    return p;
 }
 
 // A *_check answer: 0 and the kernel's name from ``make`` (a primitive made in a
@@ -273,10 +307,15 @@ int describe(char* info, int size, Make make) {
 extern "C" {
 
 int wb_dnnl_pool(void* handle, const wb_pool_desc* d, const float* src, float* dst) {
+    return wb_dnnl_pool_at(handle, d, d, src, dst);
+}
+
+int wb_dnnl_pool_at(void* handle, const void* site, const wb_pool_desc* d, const float* src,
+                    float* dst) {
     if (!handle) return 1;
     auto& ctx = *static_cast<Context*>(handle);
     try {
-        Pool* p = slot_for(ctx, ctx.pools, d, make_pool);
+        Pool* p = slot_for(ctx, ctx.pools, site, d, make_pool);
         memory s(p->user_src, ctx.engine, const_cast<float*>(src)), t(p->user_dst, ctx.engine, dst);
         p->prim.execute(ctx.stream, {{DNNL_ARG_SRC, s}, {DNNL_ARG_DST, t}});
         ctx.stream.wait();
@@ -312,13 +351,18 @@ int wb_dnnl_conv_check(const wb_conv_desc* d, char* info, int size) {
 
 int wb_dnnl_conv(void* handle, const wb_conv_desc* d, const float* src, const float* w,
                  const float* bias, const float* add, float* dst) {
+    return wb_dnnl_conv_at(handle, d, d, src, w, bias, add, dst);
+}
+
+int wb_dnnl_conv_at(void* handle, const void* site, const wb_conv_desc* d, const float* src,
+                    const float* w, const float* bias, const float* add, float* dst) {
     if (!handle) return 1;
     auto& ctx = *static_cast<Context*>(handle);
     try {
-        Conv* c = slot_for(ctx, ctx.convs, d, make_conv);
+        Conv* c = slot_for(ctx, ctx.convs, site, d, make_conv);
         auto& eng = ctx.engine;
         auto& s = ctx.stream;
-        const memory& weights = c->packed.from(w, eng, s);
+        const memory& weights = c->packed->from(w, eng, s);
         memory user_src(c->user_src, eng, const_cast<float*>(src));
         memory user_dst(c->user_dst, eng, dst);
         memory src_mem = user_src, dst_mem = c->reorder_dst ? c->dst_tmp : user_dst;
@@ -350,15 +394,20 @@ int wb_dnnl_matmul_check(const wb_matmul_desc* d, char* info, int size) {
 
 int wb_dnnl_matmul(void* handle, const wb_matmul_desc* d, const float* a, const float* b,
                    const float* bias, float* y) {
+    return wb_dnnl_matmul_at(handle, d, d, a, b, bias, y);
+}
+
+int wb_dnnl_matmul_at(void* handle, const void* site, const wb_matmul_desc* d, const float* a,
+                      const float* b, const float* bias, float* y) {
     if (!handle) return 1;
     auto& ctx = *static_cast<Context*>(handle);
     try {
-        MatMul* p = slot_for(ctx, ctx.matmuls, d, make_matmul);
+        MatMul* p = slot_for(ctx, ctx.matmuls, site, d, make_matmul);
         auto& eng = ctx.engine;
         auto& s = ctx.stream;
         std::unordered_map<int, memory> args{
             {DNNL_ARG_SRC, memory(p->user_a, eng, const_cast<float*>(a))},
-            {DNNL_ARG_WEIGHTS, p->packed.from(b, eng, s)},
+            {DNNL_ARG_WEIGHTS, p->packed->from(b, eng, s)},
             {DNNL_ARG_DST, memory(p->user_y, eng, y)}};
         if (d->has_bias) args[DNNL_ARG_BIAS] = memory(p->bias_md, eng, const_cast<float*>(bias));
         p->prim.execute(s, args);

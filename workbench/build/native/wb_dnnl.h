@@ -39,6 +39,10 @@ typedef struct {
     int has_bias;                  // n values added to every row
 } wb_matmul_desc;
 
+// Every call names its site (a pointer unique to the call site: its static descriptor)
+// and passes this call's descriptor: a site called with other sizes (a program whose
+// sizes are symbols) gets a primitive per descriptor. The calls without ``_at`` take
+// the descriptor as the site.
 void* wb_dnnl_context_new(void);
 void wb_dnnl_context_free(void* ctx);
 // 0 on success. ``add`` is the residual (same layout as dst) when a post-op is WB_POST_ADD.
@@ -46,13 +50,19 @@ int wb_dnnl_conv(void* ctx, const wb_conv_desc* d, const float* src, const float
                  const float* bias, const float* add, float* dst);
 // Whether oneDNN has this convolution: 0 and the implementation's name in ``info``, or 1
 // and the reason.
+int wb_dnnl_conv_at(void* ctx, const void* site, const wb_conv_desc* d, const float* src,
+                    const float* w, const float* bias, const float* add, float* dst);
 int wb_dnnl_conv_check(const wb_conv_desc* d, char* info, int size);
 
 int wb_dnnl_matmul(void* ctx, const wb_matmul_desc* d, const float* a, const float* b,
                    const float* bias, float* y);
+int wb_dnnl_matmul_at(void* ctx, const void* site, const wb_matmul_desc* d, const float* a,
+                      const float* b, const float* bias, float* y);
 int wb_dnnl_matmul_check(const wb_matmul_desc* d, char* info, int size);
 
 int wb_dnnl_pool(void* ctx, const wb_pool_desc* d, const float* src, float* dst);
+int wb_dnnl_pool_at(void* ctx, const void* site, const wb_pool_desc* d, const float* src,
+                    float* dst);
 int wb_dnnl_pool_check(const wb_pool_desc* d, char* info, int size);
 
 #ifdef __cplusplus
