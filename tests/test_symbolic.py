@@ -112,11 +112,11 @@ def test_training_and_export_say_they_need_fixed_sizes(tmp_path):
 def test_transformations_not_checked_on_symbols_are_refused_with_their_reason(tmp_path):
     from workbench import transformation_api as transform
     from workbench.errors import TransformationError
-    ws = workbench.open(_symbolic_batch("mlp", tmp_path / "m.onnx"), symbolic=["batch"])
+    ws = workbench.open("zoo:resnet", symbolic=["batch"])
     offered = {m.transformation for m in ws.transformations(predict=False)}
     unchecked = [t for t in transform.all_transformations() if not t.symbolic]
     assert offered and not offered & {t.name for t in unchecked}
-    static = workbench.open("mlp")
+    static = workbench.open("zoo:resnet")
     t, match = next((t, m) for t in unchecked
                     for m in transform.find_matches(t, static.sdfg, static.model.weights)
                     if m.nodes)   # one that names its operator
@@ -150,7 +150,8 @@ _PROGRAMS = [("mlp", "batch", {}), ("zoo:resnet", "batch", {}),
 
 # what a transformation needs applied before it matches
 _BEFORE = {"ChannelsLast": [{"transformation": "ConvEpilogueFusion", "all": True},
-                            {"transformation": "OnOneDNN", "all": True}]}
+                            {"transformation": "OnOneDNN", "all": True}],
+           "RowEpilogueFusion": [{"transformation": "GemmEpilogueFusion", "all": True}]}
 
 
 def _open(program, tmp_path, before=None):

@@ -27,7 +27,7 @@ from transforms.graph import (in_array, node_text, readers_elsewhere, readers_te
                               state_accesses)
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.node import OnnxOp
-from workbench.ops.registry import schema_defaults
+from workbench.ops.registry import maybe, schema_defaults
 from workbench.transformation_api import Refusal, register
 
 ROW_OPS = ("Softmax", "LogSoftmax", "LayerNormalization")
@@ -59,7 +59,7 @@ def producer_of(sdfg, state, node):
     if axis % len(shape) != len(shape) - 1:
         return Refusal(f"{node.onnx_name} normalizes over axis {axis} of {shape_text(shape)}, "
                        f"not the last")
-    if shape[-1] < 2:
+    if not maybe(shape[-1] > 1):
         return Refusal(f"rows of '{data.data}' have {shape[-1]} element")
     if desc.dtype not in prog.FLOAT_TYPES:
         return Refusal(f"'{data.data}' is {desc.dtype.to_string()}, not float32/float64")
@@ -91,6 +91,7 @@ def producer_of(sdfg, state, node):
 class RowEpilogueFusion(OperatorTransformation):
     level = "fusion"
     name = "RowEpilogueFusion"
+    symbolic = True   # verified at several sizes: tests/test_symbolic.py
     description = "Run a last-axis Softmax/LayerNorm inside the fused node before it, row by row"
     op_types = set(ROW_OPS)
     role = "row"

@@ -31,6 +31,7 @@ from dace import data as dt
 from transforms.global_.lifetimes import families
 from transforms.graph import dataflow_steps, ident, rename_arrays, step_ancestors, step_bits
 from workbench import nodeid
+from workbench.analysis.sizes import number_or_typical
 from workbench.errors import TransformationError
 from workbench.transformation_api import Transformation, register
 
@@ -89,11 +90,13 @@ def plan(sdfg, state) -> list:
 
 
 def _saved_bytes(sdfg, pools) -> int:
-    return sum(sdfg.arrays[n].total_size * sdfg.arrays[n].dtype.bytes for p in pools for n in p[1:])
+    return sum(number_or_typical(sdfg.arrays[n].total_size) * sdfg.arrays[n].dtype.bytes
+               for p in pools for n in p[1:])
 
 
 @register
 class TransientReuse(Transformation):
+    symbolic = True   # verified at several sizes: tests/test_symbolic.py
     level = "global"
     same_bytes = True   # buffers renamed; every edge moves what it moved
     name = "TransientReuse"

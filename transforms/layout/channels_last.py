@@ -95,7 +95,7 @@ def _connector_arrays(state, node) -> dict:
 def _candidate(sdfg, name) -> bool:
     desc = sdfg.arrays[name]
     return (desc.transient and type(desc) is dace.data.Array and desc.dtype == dace.float32
-            and 3 <= len(desc.shape) <= 5 and desc.shape[1] > 1 and is_row_major(desc)
+            and 3 <= len(desc.shape) <= 5 and maybe(desc.shape[1] > 1) and is_row_major(desc)
             and maybe(math.prod(desc.shape[2:]) > 1))  # else both layouts are the same bytes
 
 

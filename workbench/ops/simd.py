@@ -93,6 +93,14 @@ def _same_reach(array_shape, shape, first, last) -> bool:
     return len(reach) <= 1
 
 
+def _chunks(n, chunk: int) -> str:
+    """How many ``chunk``-element pieces cover ``n`` elements, as a map range's end."""
+    try:
+        return str(-(-int(n) // chunk))
+    except TypeError:
+        return f"int_ceil({n}, {chunk})"
+
+
 def add_row_kernel(state, label: str, shape, inputs: dict, lines, outputs: dict, ctype: str,
                    input_nodes=None, tail=None):
     """One map over ``shape`` but its last dimension (OpenMP over it), each iteration a
@@ -119,10 +127,11 @@ def add_row_kernel(state, label: str, shape, inputs: dict, lines, outputs: dict,
     rows = 1
     for size in shape[:start]:
         rows *= size
-    # too few rows to share: split them
-    chunk = CHUNK if surely(rows < 16) and surely(n >= 2 * CHUNK) and tail is None else None
+    # too few rows to share: split them (a symbolic row may be long: split it, the
+    # chunks of a short one are one iteration)
+    chunk = CHUNK if surely(rows < 16) and maybe(n >= 2 * CHUNK) and tail is None else None
     if chunk or not ranges:
-        ranges["c"] = f"0:{-(-n // chunk) if chunk else 1}"
+        ranges["c"] = f"0:{_chunks(n, chunk) if chunk else 1}"
 
     def along_row(array_shape) -> bool:
         return maybe(n > 1) and _full(array_shape, shape, row)
@@ -138,7 +147,8 @@ def add_row_kernel(state, label: str, shape, inputs: dict, lines, outputs: dict,
     # A connector that sees one element of the row is a scalar in C++, else a row pointer.
     names = {c: f"{c}[j_]" if along_row(s) else c for c, (_, s) in {**inputs, **outputs}.items()}
     body = [(names.get(name, name), substitute(expr, names)) for name, expr in lines]
-    bounds = (f"c * {chunk}", f"min(c * {chunk} + {chunk}, {n})") if chunk else ("0", None)
+    bounds = ((f"c * {chunk}", f"min(c * {chunk} + {chunk}, {cpp_size(n)})")
+              if chunk else ("0", None))
     code = row_loop(body, ctype, n, *bounds, outputs=set(outputs))
     if tail is not None:
         code += "\n" + tail(names)
