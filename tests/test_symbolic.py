@@ -100,13 +100,13 @@ def test_a_symbolic_session_saves_reopens_and_replays(tmp_path):
     assert again.summary()["inputs"][0]["shape"] == ["batch", 784]
 
 
-def test_training_and_export_say_they_need_fixed_sizes(tmp_path):
+def test_training_and_gpu_export_say_they_need_fixed_sizes(tmp_path):
     from workbench.errors import BadInputError
     ws = workbench.open(_symbolic_batch("mlp", tmp_path / "m.onnx"), symbolic=["batch"])
     with pytest.raises(BadInputError, match="fixed"):
         ws.training(loss="mse")
-    with pytest.raises(BadInputError, match="fixed"):
-        ws.export(tmp_path / "out")
+    with pytest.raises(BadInputError, match="fixed"):   # CPU exports: test_symbolic_export
+        ws.export(tmp_path / "out", target="gpu")
 
 
 def test_transformations_not_checked_on_symbols_are_refused_with_their_reason(tmp_path):

@@ -25,10 +25,10 @@ SEED = 0
 
 
 def export_session(ws, folder, target: str = "cpu") -> dict:
-    if ws.model.symbols:   # run.py feeds arrays sized at export (issue 30, item 6)
-        raise BadInputError(f"an exported program runs at one size; open the model with "
+    if ws.model.symbols and target != "cpu":
+        raise BadInputError(f"a GPU export runs at one size; open the model with "
                             f"{', '.join(ws.model.symbols)} fixed (--shape NAME=SIZE, without "
-                            f"--symbolic) to export it.")
+                            f"--symbolic) to export it for the GPU.")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     build = ws.build(target=target, whole=True)   # one program, not units calling units
@@ -62,8 +62,14 @@ def export_session(ws, folder, target: str = "cpu") -> dict:
                    "the BLAS it was built with):", "",
                    "    python run.py                       # seeded random inputs",
                    "    python run.py --inputs in.npz --out out.npz",
-                   "    python run.py --check               # compare with expected.npz", "",
-                   "in.npz/out.npz are keyed by the model's ONNX input/output names: "
+                   "    python run.py --check               # compare with expected.npz", ""]
+        if ws.model.symbols:
+            sizes = ",".join(f"{k}={v}" for k, v in ws.model.symbols.items())
+            readme += ["One program for every size of " + ", ".join(ws.model.symbols) + ": the",
+                       "sizes are read from the inputs' shapes; random inputs are made at",
+                       f"{sizes} unless --sizes says otherwise (python run.py --sizes {sizes}).",
+                       ""]
+        readme += ["in.npz/out.npz are keyed by the model's ONNX input/output names: "
                    + ", ".join(i.onnx_name for i in ws.inputs) + " / "
                    + ", ".join(o.onnx_name for o in ws.outputs) + "."]
         result["check"] = _check(folder)
@@ -97,27 +103,45 @@ def _copy_kernel_libraries(build, lib: Path) -> list:
 
 
 def _program_spec(ws, build, library_name) -> dict:
+    from workbench.importer.symbolic import shape_json, user_name
     roles = {i.sdfg_name: ("input", i) for i in ws.inputs}
     roles.update({o.sdfg_name: ("output", o) for o in ws.outputs})
+    roles.update({s: ("symbol", None) for s in build.sdfg.free_symbols})
     args = []
     for name, desc in build.sdfg.arglist().items():
         role, info = roles.get(name, ("weight", None))
         if role == "weight" and name not in ws.model.weights:
             raise BuildError(f"exported program takes '{name}', which is neither an input, an "
                              f"output nor a weight; it cannot run standalone.")
-        args.append({"name": name, "role": role, "shape": [int(s) for s in desc.shape],
+        args.append({"name": user_name(name) if role == "symbol" else name, "role": role,
+                     "shape": shape_json(desc.shape),
                      "dtype": np.dtype(desc.dtype.as_numpy_dtype()).name,
                      "onnx_name": info.onnx_name if info else name,
-                     "onnx_shape": list(info.shape) if info else None})
+                     "onnx_shape": shape_json(info.shape) if info else None})
     from workbench.runtime.verify import (DEFAULT_ATOL, DEFAULT_RTOL, HALF_ATOL, HALF_RTOL,
                                           STEP_SLACK, quantization_steps)
-    inputs = [{"onnx_name": i.onnx_name, "onnx_shape": list(i.shape),
+    inputs = [{"onnx_name": i.onnx_name, "onnx_shape": shape_json(i.shape),
                "dtype": np.dtype(i.dtype).name} for i in ws.inputs]  # the model's input order
+    init = build.sdfg.init_signature(for_call=True)
     return {"name": build.sdfg.name, "library": library_name, "arguments": args, "inputs": inputs,
+            # symbolic sizes: their values at export (random inputs' default) and the ones
+            # the library's init takes, in order
+            "symbols": dict(ws.model.symbols or {}),
+            "init_symbols": [user_name(s.strip()) for s in init.split(",") if s.strip()],
+            "init_sized": _init_sized(build.sdfg),
             "seed": SEED, "rtol": DEFAULT_RTOL, "atol": DEFAULT_ATOL,
             "half_rtol": max(DEFAULT_RTOL, HALF_RTOL), "half_atol": max(DEFAULT_ATOL, HALF_ATOL),
             "steps": {name: step * STEP_SLACK for name, step
                       in quantization_steps(ws.model.reference_model).items()}}
+
+
+def _init_sized(sdfg) -> bool:
+    """Whether the library's initialization allocates a buffer whose size is symbolic (then
+    run.py initializes it again at other sizes)."""
+    from dace import AllocationLifetime, symbolic
+    kept = (AllocationLifetime.Persistent, AllocationLifetime.Global)
+    return any(desc.lifetime in kept and symbolic.issymbolic(desc.total_size)
+               for owner in sdfg.all_sdfgs_recursive() for desc in owner.arrays.values())
 
 
 def _check(folder: Path) -> dict:

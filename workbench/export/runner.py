@@ -5,12 +5,17 @@
     python run.py --check              compare with expected.npz (onnxruntime's
                                        outputs on inputs.npz, the seeded inputs, both
                                        saved at export)
+    python run.py --sizes seq=37       a program built with symbolic sizes: seeded
+                                       inputs at these sizes (any given inputs set
+                                       the sizes by their shapes)
     python run.py --steps N [--data batch.npz] [--save params.npz]
                                        a training program: N steps from state.npz,
                                        the loss of each printed
 
 The compiled library (lib/) takes its arguments in the order program.json
-lists them; weights come from weights.npz. Exit code 1 when --check fails.
+lists them; weights come from weights.npz; a symbolic size is an argument too
+(its value read from the inputs' shapes). Exit code 1 when --check fails,
+2 on bad input.
 """
 import argparse
 import ctypes
@@ -97,33 +102,100 @@ class Program:
         self._exit = getattr(self.lib, f"__dace_exit_{name}")
         with np.load(folder / "weights.npz", allow_pickle=False) as w:
             self.weights = {k: np.ascontiguousarray(w[k]) for k in w.files}
-        self.state = ctypes.c_void_p(self._init())
+        self.state, self._state_sizes = None, None
+
+    def _start(self, sizes: dict) -> None:
+        """Initialize the library (once; again at other sizes only when its
+        initialization allocates buffers of those sizes)."""
+        if self.state is not None and (not self.spec.get("init_sized")
+                                       or sizes == self._state_sizes):
+            return
+        if self.state is not None:
+            self._exit(self.state)
+        args = [ctypes.c_int64(sizes[n]) for n in self.spec.get("init_symbols", [])]
+        self.state = ctypes.c_void_p(self._init(*args))
+        self._state_sizes = dict(sizes)
+
+    def sizes_of(self, inputs: dict) -> dict:
+        """The symbolic sizes the inputs' shapes give (the defaults where none does)."""
+        sizes = dict(self.spec.get("symbols", {}))
+        given = {}
+        for a in self.spec["arguments"]:
+            if a["role"] != "input" or a["onnx_name"] not in inputs:
+                continue
+            got = np.shape(inputs[a["onnx_name"]])
+            if len(got) != len(a["onnx_shape"]):
+                raise ValueError(f"input '{a['onnx_name']}' has {len(got)} dimensions; the "
+                                 f"program takes {len(a['onnx_shape'])} {a['onnx_shape']}")
+            for dim, n in zip(a["onnx_shape"], got):
+                if isinstance(dim, str) and dim.isidentifier():
+                    if given.setdefault(dim, int(n)) != int(n):
+                        raise ValueError(f"'{dim}' is {given[dim]} in one input and {n} in "
+                                         f"'{a['onnx_name']}'")
+        sizes.update(given)
+        return sizes
 
     def __call__(self, inputs: dict) -> dict:
+        sizes = self.sizes_of(inputs)
+        self._start(sizes)
         outputs, pointers = {}, []
         for arg in self.spec["arguments"]:
+            if arg["role"] == "symbol":
+                pointers.append(ctypes.c_int64(sizes[arg["name"]]))
+                continue
+            shape = at_sizes(arg["shape"], sizes)
             if arg["role"] == "weight":
                 array = self.weights[arg["name"]]
             elif arg["role"] == "input":
-                array = np.ascontiguousarray(np.asarray(inputs[arg["onnx_name"]],
-                                                        dtype=arg["dtype"]).reshape(arg["shape"]))
+                value = np.asarray(inputs[arg["onnx_name"]], dtype=arg["dtype"])
+                want = at_sizes(arg["onnx_shape"], sizes)
+                if value.shape != want:
+                    raise ValueError(f"input '{arg['onnx_name']}' has shape {value.shape}; "
+                                     f"the program takes {arg['onnx_shape']}, here {want}")
+                array = np.ascontiguousarray(value.reshape(shape))
                 inputs = {**inputs, arg["onnx_name"]: array}  # keep it alive for the call
             else:
-                array = outputs[arg["onnx_name"]] = np.zeros(arg["shape"], dtype=arg["dtype"])
+                array = outputs[arg["onnx_name"]] = np.zeros(shape, dtype=arg["dtype"])
             pointers.append(array.ctypes.data_as(ctypes.c_void_p))
         self._run(self.state, *pointers)
-        return {a["onnx_name"]: outputs[a["onnx_name"]].reshape(a["onnx_shape"])
+        return {a["onnx_name"]: outputs[a["onnx_name"]].reshape(at_sizes(a["onnx_shape"], sizes))
                 for a in self.spec["arguments"] if a["role"] == "output"}
 
     def close(self):
-        self._exit(self.state)
+        if self.state is not None:
+            self._exit(self.state)
+            self.state = None
 
-    def random_inputs(self, seed: int = 0) -> dict:
-        """The workbench's seeded inputs (the same draws, in the model's input order)."""
+    def random_inputs(self, seed: int = 0, sizes: dict = None) -> dict:
+        """The workbench's seeded inputs (the same draws, in the model's input order), at
+        ``sizes`` (default: the symbolic sizes the program was exported at)."""
         specs = self.spec.get("inputs") or [
             {"onnx_name": a["onnx_name"], "onnx_shape": a["onnx_shape"], "dtype": a["dtype"]}
             for a in self.spec["arguments"] if a["role"] == "input"]
-        return seeded_inputs([(s["onnx_name"], s["onnx_shape"], s["dtype"]) for s in specs], seed)
+        sizes = {**self.spec.get("symbols", {}), **(sizes or {})}
+        return seeded_inputs([(s["onnx_name"], at_sizes(s["onnx_shape"], sizes), s["dtype"])
+                              for s in specs], seed)
+
+
+def at_sizes(shape, sizes: dict) -> tuple:
+    """A shape of program.json (ints, and expressions of the symbolic sizes' names such
+    as "64*seq") at ``sizes``."""
+    return tuple(int(d) if not isinstance(d, str) else
+                 int(eval(d, {"__builtins__": {}}, dict(sizes))) for d in shape)
+
+
+def parse_sizes(text: str, known: dict) -> dict:
+    """``--sizes seq=37,batch=2`` as a dict; a ValueError names what is wrong."""
+    out = {}
+    for part in filter(None, (text or "").split(",")):
+        name, _, value = part.partition("=")
+        if name.strip() not in known:
+            raise ValueError(f"'{name.strip()}' is not a symbolic size of this program "
+                             f"(it has: {', '.join(known) or 'none'})")
+        if not value.strip().isdigit() or int(value) < 1:
+            raise ValueError(f"--sizes {part}: a size is a whole number of at least 1")
+        out[name.strip()] = int(value)
+    return out
 
 
 def seeded_inputs(specs, seed: int = 0) -> dict:
@@ -190,8 +262,14 @@ def main(argv=None) -> int:
     parser.add_argument("--inputs", help=".npz keyed by ONNX input names")
     parser.add_argument("--out", help="write the outputs to this .npz")
     parser.add_argument("--check", action="store_true", help="compare with expected.npz")
+    parser.add_argument("--sizes", help="NAME=N,...: seeded inputs at these symbolic sizes")
     args = parser.parse_args(argv)
     program = Program()
+    try:
+        sizes = parse_sizes(args.sizes, program.spec.get("symbols", {}))
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.steps is not None:
         if "training" not in program.spec:
             print("error: --steps needs a training program (optimize --train)", file=sys.stderr)
@@ -214,8 +292,12 @@ def main(argv=None) -> int:
         with np.load(HERE / "inputs.npz", allow_pickle=False) as data:
             inputs = {k: data[k] for k in data.files}
     else:
-        inputs = program.random_inputs(program.spec.get("seed", 0))
-    outputs = program(inputs)
+        inputs = program.random_inputs(program.spec.get("seed", 0), sizes)
+    try:
+        outputs = program(inputs)
+    except (ValueError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     program.close()
     for name, value in outputs.items():
         print(f"{name} {value.shape} mean {value.mean():.6g} std {value.std():.6g}")
