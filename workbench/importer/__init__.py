@@ -111,7 +111,7 @@ def _import_symbolic(source, input_shapes, name, prefer_blas, fold, progress, me
                 imports.append(import_model(source, {**given, **sizes}, name, prefer_blas, fold,
                                             memory_budget=memory_budget, unfolded=unfolded))
         # a folded tensor whose size changes with the symbols is computed by the program
-        more = symbolic.sized_constants(imports) - unfolded
+        more = symbolic.sized_constants(imports, source) - unfolded
         if not more:
             break
         unfolded |= more

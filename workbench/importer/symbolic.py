@@ -17,7 +17,10 @@ and the results are compared (``generalize``):
    the memlets of its whole-array edges again; its inputs' and outputs' shapes
    name the symbols.
 4. A folded tensor whose shape changes with the size is not folded: the program
-   computes it (``sized_constants``, imports again until none is left).
+   computes it (``sized_constants``, imports again until none is left). So is one
+   whose values change with the size where an operator reads them as data (T5's
+   relative positions from ``Range(0, sequence)``); ``Shape`` then writes the
+   symbols' values at run time.
 5. An operator forgets a constant input that changes with the size (the value a
    probe had): it reads it at run time. That input must be computed by the program,
    or be a weight only ``SHAPE_INPUTS`` read (operators that take their output
@@ -49,13 +52,58 @@ PROBES = (7, 11, 13)
 MAX_ROUNDS = 6   # imports at the probe sizes, each round folding fewer sized tensors
 
 
-def sized_constants(imports) -> set:
-    """ONNX names of the folded tensors (initializers of the folded models) whose shape
-    differs between the imports: they must be computed, not folded."""
-    shapes = [{t.name: tuple(t.dims) for t in imp.folded_model.graph.initializer}
-              for imp in imports]
-    return {name for name, dims in shapes[0].items()
-            if any(other.get(name, dims) != dims for other in shapes[1:])}
+def sized_constants(imports, source) -> set:
+    """ONNX names of the folded tensors (initializers of the folded models) the program must
+    compute rather than fold: their shape differs between the imports, or their values
+    do and an operator reads them other than as a shape input (``SHAPE_INPUTS``): T5's
+    relative positions, arithmetic on ``Range(0, sequence)``. With the latter come the
+    tensors of the ``source`` model it is computed from that a Shape or Size feeds (the
+    chain back to the sizes), so one more import settles them all."""
+    from onnx import numpy_helper
+    graphs = [imp.folded_model.graph for imp in imports]
+    shapes = [{t.name: tuple(t.dims) for t in g.initializer} for g in graphs]
+    out = set()
+    for name, dims in shapes[0].items():
+        if any(other.get(name, dims) != dims for other in shapes[1:]):
+            out |= {name} | _from_sizes(source.graph, name)
+    readers = {}
+    for node in graphs[0].node:
+        for position, name in enumerate(node.input):
+            readers.setdefault(name, set()).add((node.op_type, position))
+    values = [{t.name: t for t in g.initializer} for g in graphs]
+    for name, tensor in values[0].items():
+        if name in out or readers.get(name, set()) <= SHAPE_INPUTS:
+            continue
+        base = numpy_helper.to_array(tensor)
+        if any(name in other and not np.array_equal(base, numpy_helper.to_array(other[name]))
+               for other in values[1:]):
+            out |= {name} | _from_sizes(source.graph, name)
+    return out
+
+
+def _from_sizes(graph, name) -> set:
+    """The tensors ``name`` is computed from (in ``graph``) that a Shape or Size feeds, but
+    for shape inputs (``SHAPE_INPUTS``: those stay folded and are never read)."""
+    producer = {o: n for n in graph.node for o in n.output}
+    memo = {}
+
+    def sized(t) -> bool:   # computed from a Shape or Size
+        if t not in memo:
+            memo[t] = False   # a cycle cannot occur in a graph; this guards the recursion
+            node = producer.get(t)
+            memo[t] = node is not None and (node.op_type in ("Shape", "Size")
+                                            or any(sized(i) for i in node.input if i))
+        return memo[t]
+
+    out, todo = set(), [name]
+    while todo:
+        node = producer.get(todo.pop())
+        for position, t in enumerate(node.input if node is not None else ()):
+            if t and t not in out and (node.op_type, position) not in SHAPE_INPUTS \
+                    and sized(t):
+                out.add(t)
+                todo.append(t)
+    return out
 
 
 class NotSymbolic(ShapeError):

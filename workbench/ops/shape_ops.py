@@ -12,7 +12,7 @@ import numpy as np
 
 from workbench.ops.index_maps import (check_shape, element_map, literal, op_sdfg, params, size_of,
                                       write_values)
-from workbench.ops.registry import connector_sdfg, implements, np_dtype
+from workbench.ops.registry import connector_sdfg, cpp_size, implements, np_dtype
 
 
 def _known(call, values):
@@ -26,18 +26,35 @@ def _known(call, values):
     return sdfg
 
 
+def _sized(call, values):
+    """An SDFG that writes ``values``, some of them symbolic sizes, to output 0 on each
+    call (a program whose sizes are symbols, ``workbench.importer.symbolic``)."""
+    y = call.output(0)
+    sdfg, state = connector_sdfg(call, call.op_type.lower())
+    target = (lambda i: "__out") if len(values) == 1 else (lambda i: f"__out[{i}]")
+    # no C cast: DaCe may read a one-value tasklet as Python (scalar-to-symbol promotion)
+    code = "\n".join(f"{target(i)} = {cpp_size(v)};" for i, v in enumerate(values))
+    tasklet = state.add_tasklet("sizes", {}, {"__out"}, code, language=dace.Language.CPP)
+    state.add_edge(tasklet, "__out", state.add_write(y), None,
+                   dace.Memlet.from_array(y, sdfg.arrays[y]))
+    return sdfg
+
+
 @implements("Shape")
 def shape(call):
     dims = call.shape(call.input(0))
     values = dims[slice(call.attr("start", 0), call.attr("end"))]
     if len(values) != size_of(call.shape(call.output(0))):
         values = ()  # a 0-d input, stored as shape (1,): its shape is empty
+    if any(not isinstance(v, int) for v in values):
+        return _sized(call, values)
     return _known(call, values)
 
 
 @implements("Size")
 def size(call):
-    return _known(call, size_of(call.shape(call.input(0))))
+    count = size_of(call.shape(call.input(0)))
+    return _known(call, count) if isinstance(count, int) else _sized(call, [count])
 
 
 def attribute_tensor(value) -> np.ndarray:
