@@ -157,13 +157,14 @@ def test_verify_sizes_from_the_command_line(tmp_path):
 # where each transformation marked ``symbolic`` is checked: the first of these programs it
 # matches (ChooseImplementation: once per implementation it offers on each)
 _PROGRAMS = [("mlp", "batch", {}), ("zoo:resnet", "batch", {}),
-             ("zoo:bert", "batch", {"sequence": 16})]
+             ("zoo:bert", "batch", {"sequence": 16}), ("zoo:t5_encoder", "sequence", {"batch": 1})]
 
 
 # what a transformation needs applied before it matches
 _BEFORE = {"ChannelsLast": [{"transformation": "ConvEpilogueFusion", "all": True},
                             {"transformation": "OnOneDNN", "all": True}],
-           "RowEpilogueFusion": [{"transformation": "GemmEpilogueFusion", "all": True}]}
+           "RowEpilogueFusion": [{"transformation": "GemmEpilogueFusion", "all": True}],
+           "RMSNormFusion": [{"transformation": "RemoveIdentity", "all": True}]}
 
 
 def _open(program, tmp_path, before=None):
@@ -211,7 +212,7 @@ def test_every_transformation_offered_on_symbols_keeps_the_answer_at_every_size(
             assert report.match, (match.description, size, report)
 
 
-@pytest.mark.parametrize("program", _PROGRAMS[1:], ids=["resnet", "bert"])
+@pytest.mark.parametrize("program", _PROGRAMS[1:3], ids=["resnet", "bert"])
 def test_auto_on_a_symbolic_program_keeps_one_build_right_at_every_size(program, tmp_path):
     ws = _open(program, tmp_path)
     ws.optimize("auto")

@@ -139,6 +139,7 @@ def _scaled(sdfg, state, normalized, chain, name):
 
 @register
 class RMSNormFusion(OperatorTransformation):
+    symbolic = True   # verified at several sizes: tests/test_symbolic.py
     level = "fusion"
     name = "RMSNormFusion"
     description = ("An RMS norm written out (Pow, ReduceMean, Add, Sqrt, Div, Mul, Mul) as one "

@@ -52,6 +52,7 @@ def _removable(sdfg, state, node):
 
 @register
 class RemoveIdentity(OperatorTransformation):
+    symbolic = True   # verified at several sizes: tests/test_symbolic.py
     level = "global"
     name = "RemoveIdentity"
     description = "Remove Identity, inference Dropout and same-type Cast nodes (no copy)"
