@@ -207,6 +207,7 @@ class CompareWindow(QDialog):
         col.addWidget(body, 1)
         controller.opened.connect(self._opened)
         controller.changed.connect(self._history_changed)
+        controller.sizesChanged.connect(self._sizes_changed)
 
     # -- what to compare ------------------------------------------------------------
     def refresh_points(self) -> None:
@@ -233,6 +234,11 @@ class CompareWindow(QDialog):
             pane.heading.setText("")
         self.summary.setText(why)
         self.changes.clear()
+
+    def _sizes_changed(self) -> None:
+        """A symbolic program's figures at other sizes: the comparison shown, again."""
+        if self.points is not None:
+            self.compare(*self.points)
 
     def _history_changed(self) -> None:
         """A step, undo or redo: the lists follow; a comparison whose steps were dropped

@@ -64,6 +64,7 @@ class Controller(ProgramRuns, QObject):
     status = pyqtSignal(str)            # a status-bar message
     saved = pyqtSignal(str)             # saved (Ctrl+S, Save Session As); the folder it left
     stepChecked = pyqtSignal(object)    # a history entry whose "verified" was just set
+    sizesChanged = pyqtSignal()         # the sizes a symbolic program's figures are taken at
     _checkRequested = pyqtSignal(object, object)   # (session, step), from any thread
 
     def __init__(self, parent=None):

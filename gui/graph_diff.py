@@ -205,6 +205,7 @@ def compare_steps(ws, a: int, b: int):
     The caller holds the session's lock."""
     from gui.graph_model import describe
     from gui.profile_names import node_times
+    from workbench.analysis.sizes import at_sizes
     if not (0 <= a < len(ws.timeline) and 0 <= b < len(ws.timeline)):
         raise ValueError(f"no such steps to compare: {a} and {b} (0..{len(ws.timeline) - 1})")
     names = dict(ws.operator_names())
@@ -215,7 +216,8 @@ def compare_steps(ws, a: int, b: int):
         movement = step.movement if step.movement is not None else ws.data_movement(sdfg)
         prof = step_profile(ws, position)
         sdfgs.append(sdfg)
-        descs.append(describe(sdfg, names))
+        with at_sizes(ws.symbols):   # a symbolic program's bytes, at the session's sizes
+            descs.append(describe(sdfg, names))
         moved.append(movement)
         times.append(node_times(prof, sdfg, names)[0] if prof is not None and prof.per_kernel
                      else (dict(prof.per_operator) if prof is not None else None))

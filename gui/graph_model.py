@@ -4,7 +4,9 @@
 their kind, label and stable identity (``workbench.nodeid``), memlet edges
 with the bytes they move, and clusters (states, map scopes, expanded
 nested SDFGs) that the layout keeps together. Nested SDFGs are collapsed
-unless their identity is in ``expanded``.
+unless their identity is in ``expanded``. A symbolic program's shapes read with
+the model's dim names (``[1, sequence, 64]``) and its bytes are counted at the
+sizes set by ``workbench.analysis.sizes.at_sizes`` around ``describe``.
 """
 from dataclasses import dataclass, field
 
@@ -13,6 +15,8 @@ from dace.sdfg import nodes as dn
 
 from workbench import nodeid
 from workbench.analysis.movement import operator_name
+from workbench.analysis.sizes import number
+from workbench.importer.symbolic import shape_text
 from workbench.ops.node import OnnxOp
 
 KINDS = ("access", "tasklet", "mapentry", "mapexit", "onnx", "library", "nsdfg", "group", "other")
@@ -155,7 +159,7 @@ def node_text(node, sdfg):
         return "onnx", node.op_type, node.onnx_name
     if isinstance(node, dn.AccessNode):
         desc = sdfg.arrays.get(node.data)
-        shape = "" if desc is None else "[" + ", ".join(str(s) for s in desc.shape) + "]"
+        shape = "" if desc is None else shape_text(desc.shape)
         return "access", node.data, shape
     if isinstance(node, dn.MapEntry):
         ranges = ", ".join(f"{p}={r}" for p, r in zip(node.map.params, _ranges(node.map)))
@@ -190,7 +194,8 @@ def _interstate_label(edge) -> str:
 
 
 def edge_bytes(edge, sdfg):
-    """Bytes a memlet moves when it touches an access node (else None)."""
+    """Bytes a memlet moves when it touches an access node (else None); a symbolic
+    size at the sizes ``at_sizes`` sets (None without them)."""
     memlet = edge.data
     if memlet is None or memlet.is_empty() or memlet.data not in sdfg.arrays:
         return None
@@ -198,7 +203,7 @@ def edge_bytes(edge, sdfg):
         return None
     try:
         subset = memlet.subset if memlet.subset is not None else memlet.other_subset
-        count = int(subset.num_elements())
+        count = number(subset.num_elements())
         return count * sdfg.arrays[memlet.data].dtype.bytes
     except (TypeError, ValueError, AttributeError):
         return None  # symbolic inside a scope

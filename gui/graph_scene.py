@@ -19,6 +19,7 @@ from gui import scope_groups
 from gui.graph_canvas import heat, placement_rect
 from gui.graph_items import ClusterItem, EdgeItem, NodeItem, node_size, small_font
 from gui.graph_model import GEdge, describe, human_bytes
+from workbench.analysis.sizes import at_sizes
 
 SLICE_S = 0.02   # UI time per slice while a scene is built (the event loop runs between)
 
@@ -44,8 +45,8 @@ class GraphScene:
         self._describing = not regroup
 
         def work(job):
-            if full is None:
-                with lock:
+            if full is None:   # bytes at the sizes a symbolic program's figures are taken at
+                with lock, at_sizes(ws.symbols):
                     desc = describe(ws.sdfg, dict(ws.operator_names()), expanded)
                 scopes = scope_groups.node_scopes(desc)
                 groups = scope_groups.build_groups(desc, scopes)

@@ -11,7 +11,8 @@ matches hovered in the transformations panel come back as identities to
 highlight. Find (``gui.find_bar``) searches every node, folded or not, and
 opens the groups around a hit. Overlays: edge width/colour by bytes moved,
 node colour by the measured time of the last profile (a box: its members'
-summed time).
+summed time). A symbolic program's bytes are taken at the sizes of the sizes box
+beside them (``gui.sizes_box``); changing one lays the graph out again.
 """
 from PyQt5.QtCore import QRectF, Qt, pyqtSignal
 from PyQt5.QtWidgets import (QCheckBox, QCompleter, QFileDialog, QGraphicsScene, QHBoxLayout,
@@ -22,6 +23,7 @@ from gui.find_bar import FindBar
 from gui.graph_canvas import READABLE_SCALE, GraphView, export_png, export_svg
 from gui.graph_items import ClusterItem, NodeItem
 from gui.graph_scene import GraphScene
+from gui.sizes_box import SizesBox
 
 
 class GraphPanel(GraphScene, QWidget):
@@ -78,6 +80,8 @@ class GraphPanel(GraphScene, QWidget):
         bar.addWidget(QLabel("Overlays:"))
         for w in (self.bytes_overlay, self.time_overlay, self.labels):
             bar.addWidget(w)
+        self.sizes = SizesBox(controller)   # shown for a symbolic program only
+        bar.addWidget(self.sizes)
         self.legend = QLabel("")
         self.legend.setStyleSheet("color: #555;")
         self.legend.setWordWrap(True)
@@ -91,6 +95,7 @@ class GraphPanel(GraphScene, QWidget):
 
         controller.opened.connect(self._opened)
         controller.changed.connect(self.refresh)
+        controller.sizesChanged.connect(self.refresh)   # the edges' bytes at the new sizes
         controller.hovered.connect(self.highlight)
         controller.profiled.connect(lambda _: self.apply_overlays())
         controller.selectionChanged.connect(self._sync_selection)

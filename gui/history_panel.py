@@ -35,6 +35,15 @@ def check_mark(entry: dict, pending: bool = False):
             f"{verified.get('max_abs_err'):.3g})")
 
 
+def other_sizes(entry: dict, sizes: dict) -> str:
+    """``batch=4`` when ``entry``'s bytes were taken at other sizes than ``sizes`` (a
+    symbolic program's, ``Session.set_sizes``), else ""."""
+    recorded = (entry or {}).get("sizes") or {}
+    if not recorded or {**sizes, **recorded} == sizes:
+        return ""
+    return ", ".join(f"{k}={v}" for k, v in recorded.items())
+
+
 def failed_step(entry: dict) -> bool:
     verified = (entry or {}).get("verified")
     return verified is not None and not verified.get("match")
@@ -91,7 +100,7 @@ class HistoryPanel(QWidget):
         col.addWidget(self.tree, 1)
         col.addLayout(row)
         for signal in (controller.opened, controller.changed, controller.profiled,
-                       controller.analysed, controller.stepChecked):
+                       controller.analysed, controller.stepChecked, controller.sizesChanged):
             signal.connect(self.refresh)
 
     def refresh(self, *_):
@@ -104,17 +113,21 @@ class HistoryPanel(QWidget):
         movement = self.ctl.analysis[0] if self.ctl.analysis else None
         first = steps[0].get("bytes_before") if steps else (movement.moved_bytes if movement
                                                              else None)
-        rows = [("import", first, None)]
+        rows = [("import", first, None, steps[0] if steps else None)]
         for e in steps:
             after, before = e.get("bytes_after"), e.get("bytes_before")
             delta = after - before if after is not None and before is not None else None
-            rows.append((f"{e['transformation']}: {e.get('description', '')}", after, delta))
+            rows.append((f"{e['transformation']}: {e.get('description', '')}", after, delta, e))
         compulsory = movement.compulsory_bytes if movement else None
-        for i, (text, moved, delta) in enumerate(rows):
+        for i, (text, moved, delta, taken) in enumerate(rows):
             prof = times.get(i)
             moved_text = human_bytes(moved) + (f" ({'+' if delta > 0 else ''}{human_bytes(delta)})"
                                                if delta else "")
-            ratio = f"{moved / compulsory:.2f}" if compulsory and moved is not None else ""
+            other = other_sizes(taken, ws.symbols)
+            if other:   # recorded at other sizes than the figures are taken at now
+                moved_text += f" at {other}"
+            ratio = f"{moved / compulsory:.2f}" if compulsory and moved is not None \
+                and not other else ""
             entry = steps[i - 1] if i else None
             mark, colour, why = check_mark(entry, id(entry) in self.ctl.checking)
             item = QTreeWidgetItem([str(i), text, moved_text, ratio,

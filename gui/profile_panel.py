@@ -133,7 +133,10 @@ class ProfilePanel(QWidget):
 
     def show_analysis(self, analysis):
         movement, rows, memory = analysis
-        self.movement.setText(f"Bytes moved {human_bytes(movement.moved_bytes)}, compulsory "
+        sizes = self.ctl.ws.symbols if self.ctl.ws is not None else {}
+        at = ", ".join(f"{k}={v}" for k, v in sizes.items())   # a symbolic program's sizes
+        self.movement.setText((f"At {at}: " if at else "") +
+                              f"Bytes moved {human_bytes(movement.moved_bytes)}, compulsory "
                               f"{human_bytes(movement.compulsory_bytes)}, ratio "
                               f"<b>{movement.ratio:.2f}</b>; memory: peak live "
                               f"<b>{human_bytes(memory.peak_live_bytes)}</b>, allocated "

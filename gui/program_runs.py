@@ -2,10 +2,14 @@
 
 A mixin of ``gui.controller.Controller`` (it uses the controller's signals,
 its session lane and its view state): these calls run the session's program,
-so they queue in the session lane behind any step and can be cancelled.
+so they queue in the session lane behind any step and can be cancelled. So
+does ``set_sizes``: the sizes a symbolic program's figures are taken at and its
+profiles run at (``Session.set_sizes``).
 """
 from gui import timing_check
 from gui.profile_names import as_shown
+
+SIZES_FAILED = "Setting the sizes failed"   # the error's title (the sizes box listens)
 
 
 class ProgramRuns:
@@ -16,6 +20,26 @@ class ProgramRuns:
 
     def profile(self, on_done=None) -> None:
         self._measure(profile=True, on_done=on_done)
+
+    def set_sizes(self, sizes: dict, on_done=None) -> None:
+        """Take a symbolic program's figures at ``sizes`` (``Session.set_sizes``), in the
+        session lane; then every view that shows one is told (``sizesChanged``) and the
+        analysis and the transformation list are taken again. An error (a bad name or
+        size) is shown like any other (``error``), and the sizes stay as they were."""
+        if self.ws is None:
+            return
+        ws = self.ws
+        text = ", ".join(f"{k}={v}" for k, v in sizes.items())
+
+        def done(result):
+            self.sizesChanged.emit()
+            self.request_matches()
+            self.request_analysis()
+            self.status.emit(f"Figures taken at {text}; profiles run at these sizes")
+            if on_done:
+                on_done(result)
+        self._session_job(f"Sizes {text}", lambda job: ws.set_sizes(sizes), done,
+                          error_title=SIZES_FAILED)
 
     def build(self, on_done=None) -> None:
         if self.ws is None:

@@ -1,30 +1,45 @@
 """Properties of the selected element: shapes, dtypes, memlet volume, ONNX attributes.
 
-With nothing selected it shows the model: inputs, outputs and data movement.
+With nothing selected it shows the model: inputs, outputs and data movement. A
+symbolic program's shapes read with the model's dim names (``[1, sequence, 64]``,
+``workbench.importer.symbolic.shape_text``) and its sizes in bytes are taken at the
+sizes its figures are (``Session.symbols``).
 """
 from PyQt5.QtCore import Qt
 from PyQt5.QtWidgets import QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 from dace.sdfg import nodes as dn
 
 from gui.graph_model import GEdge, GNode, human_bytes
+from workbench.analysis.sizes import at_sizes, number
+from workbench.importer.symbolic import dim_text, is_symbolic, shape_text
 
 KEY_MAX_PX = 240       # the key column never takes more of the panel than this
 TOOLTIP_MAX = 4000     # a value's tooltip shows it whole up to this many characters
 
 
-def _array_rows(sdfg, name):
+def sizes_text(sizes: dict) -> str:
+    """``batch=4, sequence=16``: the sizes a symbolic program's figures are taken at."""
+    return ", ".join(f"{k}={v}" for k, v in (sizes or {}).items())
+
+
+def _array_rows(sdfg, name, sizes=None):
+    """An array's rows; a symbolic size in bytes at ``sizes`` (the session's)."""
     desc = sdfg.arrays.get(name)
     if desc is None:
         return [("array", f"{name} (not in this SDFG)")]
-    rows = [("shape", str(tuple(desc.shape))), ("dtype", str(desc.dtype.to_string())),
+    rows = [("shape", shape_text(desc.shape)), ("dtype", str(desc.dtype.to_string())),
             ("transient", str(desc.transient)), ("storage", str(desc.storage).split(".")[-1]),
             ("lifetime", str(desc.lifetime).split(".")[-1])]
+    total = f"{dim_text(desc.total_size)} × {desc.dtype.bytes} B"
     try:
-        rows.append(("size", human_bytes(int(desc.total_size) * desc.dtype.bytes)))
+        with at_sizes(sizes):
+            size = human_bytes(number(desc.total_size) * desc.dtype.bytes)
+        rows.append(("size", f"{size} at {sizes_text(sizes)} ({total})"
+                     if is_symbolic([desc.total_size]) else size))
     except (TypeError, ValueError):
-        rows.append(("size", f"{desc.total_size} × {desc.dtype.bytes} B"))
+        rows.append(("size", total))
     if getattr(desc, "strides", None) is not None:
-        rows.append(("strides", str(tuple(desc.strides))))
+        rows.append(("strides", "(" + ", ".join(dim_text(s) for s in desc.strides) + ")"))
     rows.append(("kind", type(desc).__name__))
     return rows
 
@@ -43,7 +58,7 @@ def _connections(g):
 def _memlet_text(edge, sdfg):
     m = edge.data
     desc = sdfg.arrays.get(m.data)
-    extra = f"  {desc.dtype.to_string()}{list(desc.shape)}" if desc is not None else ""
+    extra = f"  {desc.dtype.to_string()}{shape_text(desc.shape)}" if desc is not None else ""
     return f"{m}{extra}"
 
 
@@ -56,7 +71,7 @@ def node_rows(g: GNode, ctl) -> list:
         rows += [(f"attr {k}", str(v)) for k, v in sorted((node.attrs or {}).items())]
         rows += _connections(g)
     elif g.kind == "access":
-        rows += [("data", node.data)] + _array_rows(g.sdfg, node.data)
+        rows += [("data", node.data)] + _array_rows(g.sdfg, node.data, ctl.ws.symbols)
     elif g.kind in ("mapentry", "mapexit"):
         m = node.map
         rows += [("map", m.label), ("params", ", ".join(m.params)), ("range", str(m.range)),
@@ -85,7 +100,7 @@ def node_rows(g: GNode, ctl) -> list:
     return rows
 
 
-def edge_rows(e: GEdge) -> list:
+def edge_rows(e: GEdge, sizes: dict = None) -> list:
     m = e.edge.data
     rows = [("memlet", str(m)), ("data", str(m.data)), ("subset", str(m.subset)),
             ("other subset", str(m.other_subset)), ("volume", str(m.volume)),
@@ -95,7 +110,7 @@ def edge_rows(e: GEdge) -> list:
             ("from", f"{e.edge.src} {e.edge.src_conn or ''}".strip()),
             ("to", f"{e.edge.dst} {e.edge.dst_conn or ''}".strip())]
     if m.data in e.sdfg.arrays:
-        rows += [(f"array {k}", v) for k, v in _array_rows(e.sdfg, m.data)]
+        rows += [(f"array {k}", v) for k, v in _array_rows(e.sdfg, m.data, sizes)]
     return rows
 
 
@@ -103,9 +118,11 @@ def model_rows(ctl) -> list:
     ws = ctl.ws
     rows = [("model", ws.name), ("step", f"{ws.position} of {len(ws.steps)}")]
     for info in ws.inputs:
-        rows.append((f"input {info.onnx_name}", f"{info.dtype}{list(info.shape)}"))
+        rows.append((f"input {info.onnx_name}", f"{info.dtype}{shape_text(info.shape)}"))
     for info in ws.outputs:
-        rows.append((f"output {info.onnx_name}", f"{info.dtype}{list(info.shape)}"))
+        rows.append((f"output {info.onnx_name}", f"{info.dtype}{shape_text(info.shape)}"))
+    if ws.symbols:   # what the figures below (and the graph's bytes) are taken at
+        rows.append(("figures at sizes", sizes_text(ws.symbols)))
     if ctl.analysis is not None:
         mv = ctl.analysis[0]
         memory = ctl.analysis[2]
@@ -129,7 +146,7 @@ class PropertiesPanel(QWidget):
         col.setContentsMargins(4, 4, 4, 4)
         col.addWidget(self.tree)
         for signal in (controller.selectionChanged, controller.opened, controller.analysed,
-                       controller.profiled):
+                       controller.profiled, controller.sizesChanged):
             signal.connect(self.refresh)
         controller.changed.connect(self._changed)
 
@@ -145,7 +162,7 @@ class PropertiesPanel(QWidget):
             if isinstance(focus, GNode):
                 return node_rows(focus, self.ctl)
             if isinstance(focus, GEdge) and focus.edge is not None:
-                return edge_rows(focus)
+                return edge_rows(focus, self.ctl.ws.symbols)
         except Exception as e:  # an odd node must not break the panel
             return [("error", f"{type(e).__name__}: {e}")]
         return model_rows(self.ctl)

@@ -36,12 +36,11 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
         self._operator_names = {}
         self._movement = None   # (_figure_key(), its data movement): see data_movement
         self._found_in = None   # (_figure_key(), {transformation: matches}): _found
-        # FLOPs are the model's, whatever the schedule: counted once, at import.
-        imported = analysis.onnx_nodes(imported.sdfg)
-        self._imported_ops = {n.onnx_name: n.op_type for n, _ in imported}
-        with at_sizes(self.model.symbols):   # a symbolic program's: at its default sizes
-            self._imported_flops = {n.onnx_name: analysis.node_flops(n, st)
-                                    for n, st in imported}
+        # FLOPs are the model's, whatever the schedule: counted at import (and again
+        # when a symbolic program's figures are taken at other sizes: ``set_sizes``).
+        self._imported_ops = {n.onnx_name: n.op_type
+                              for n, _ in analysis.onnx_nodes(imported.sdfg)}
+        self._imported_flops = self._flops_of(imported.sdfg)
         self._init_builds()
         self.profiles = []  # every profile taken, with its history position
         self.folder = None  # a session folder to autosave into (see workbench.session.folder)
@@ -66,6 +65,13 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
                                 f"NAME=SIZE, without --symbolic) to train it.")
         return open_training(self, loss=loss, labels=labels, params=params,
                              optimizer=optimizer, lr=lr, progress=self.progress, **options)
+
+    def _flops_of(self, imported_sdfg) -> dict:
+        """FLOPs per ONNX operator of the imported SDFG, a symbolic program's at the sizes
+        its figures are taken at (``symbols``)."""
+        with at_sizes(self.model.symbols):
+            return {n.onnx_name: analysis.node_flops(n, st)
+                    for n, st in analysis.onnx_nodes(imported_sdfg)}
 
     @property
     def name(self) -> str:
@@ -131,7 +137,7 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
                 continue
             for m in found:
                 if wanted is None or wanted & set(m.nodes):
-                    matches.append(self._predict(m) if predict else m)
+                    matches.append(self.predict(m) if predict else m)
         return matches
 
     def _found(self, t) -> list:
@@ -145,7 +151,7 @@ class Session(SessionSteps, SessionBuilds, SessionRuns, SessionFiles):
         return cache[t]
 
     def _this_step(self) -> dict:
-        """What was found or predicted on the current SDFG and weights."""
+        """What was found or predicted on the current SDFG, weights and sizes."""
         key = self._figure_key()
         if self._found_in is None or any(a is not b for a, b in zip(self._found_in[0], key)):
             self._found_in = (key, {})

@@ -14,8 +14,8 @@ class SessionFiles:
 
     def input_shapes(self) -> dict:
         """What opens this model again as this session did (``workbench.open``'s
-        ``input_shapes``): each input's shape, or a symbolic program's default size of
-        each symbol (its other dims are fixed in the model it keeps)."""
+        ``input_shapes``): each input's shape, or a symbolic program's size of each
+        symbol, as ``set_sizes`` left it (its other dims are fixed in the model it keeps)."""
         if self.model.symbols:
             return {n: [v] for n, v in self.model.symbols.items()}
         return {i.onnx_name: list(i.shape) for i in self.inputs}

@@ -36,6 +36,10 @@ Rules:
    (``prepare``): opening a ViT-tiny training program takes 5-6 s in each process,
    and the first listing waited for both in turn. The window's own spec then names
    the same source, stamp and shapes, and the worker keeps what it opened.
+8. A symbolic program's figures are taken at the sizes the window's session takes
+   them at (``Session.set_sizes``): the spec names them, and a spec that differs
+   from the open session's only in its sizes sets them there instead of opening
+   the session again.
 """
 import itertools
 import logging
@@ -51,13 +55,15 @@ log = logging.getLogger(__name__)
 
 def spec(ws):
     """How a worker re-opens ``ws`` (rule 1), or None when it cannot. The source
-    comes first: it stays the same when the first step creates the session folder."""
+    comes first: it stays the same when the first step creates the session folder.
+    A symbolic program's spec names the sizes its figures are taken at (rule 8)."""
     shapes = ws.input_shapes()
+    sizes = {"sizes": dict(ws.model.symbols)} if ws.model.symbols else {}
     if ws.source is not None:
         out = {"source": ws.source, "shapes": shapes, "stamp": _stamp(ws.source)}
-        return {**out, "symbolic": list(ws.model.symbols)} if ws.model.symbols else out
+        return {**out, "symbolic": list(ws.model.symbols), **sizes} if sizes else out
     if ws.folder is not None and (Path(ws.folder) / "session.json").is_file():
-        return {"folder": str(ws.folder), "shapes": shapes}
+        return {"folder": str(ws.folder), "shapes": shapes, **sizes}
     return None
 
 

@@ -52,9 +52,9 @@ class _Worker:
     def _open(self, spec_) -> None:
         import workbench
         from workbench.session import Session
-        if self._opened_as(spec_):
+        if self._opened_as(spec_) or self._resized(spec_):
             return
-        self.ws, self.open_error = None, None
+        self.ws, self.ws_spec, self.open_error = None, None, None
         try:
             if "folder" in spec_:
                 self.ws = Session.open_folder(spec_["folder"], trust=True, autosave=False)
@@ -65,9 +65,28 @@ class _Worker:
                     raise ReplicaFailed(f"'{path}' changed on disk since the window opened it")
                 self.ws = workbench.open(spec_["source"], input_shapes=spec_["shapes"],
                                          symbolic=spec_.get("symbolic", ()))
-                self.ws_spec = spec_
+            if spec_.get("sizes"):   # rule 8 (a folder's manifest may say others)
+                self.ws.set_sizes(spec_["sizes"])
+            self.ws_spec = spec_
         except Exception as e:
-            self.open_error = f"{type(e).__name__}: {e}"
+            self.ws, self.open_error = None, f"{type(e).__name__}: {e}"
+
+    def _resized(self, spec_) -> bool:
+        """True when ``spec_`` is the open session's but for its sizes, which are set on
+        it then (rule 8): nothing is opened again."""
+        before, sized = self.ws_spec, ("shapes", "sizes")
+        if self.ws is None or before is None or not before.get("sizes") \
+                or not spec_.get("sizes"):
+            return False
+        if {k: v for k, v in before.items() if k not in sized} != \
+                {k: v for k, v in spec_.items() if k not in sized}:
+            return False
+        try:
+            self.ws.set_sizes(spec_["sizes"])
+        except Exception:   # opened again, which says what is wrong
+            return False
+        self.ws_spec = spec_
+        return True
 
     def _opened_as(self, spec_) -> bool:
         """True when the session open now is ``spec_``'s untouched: the same file and
@@ -77,8 +96,11 @@ class _Worker:
             return False
         if list(ws.model.symbols) != list(spec_.get("symbolic", ())):
             return False
+        if spec_.get("sizes") and spec_["sizes"] != ws.symbols:
+            return False
         shapes = ws.input_shapes()
-        return (before["source"] == spec_["source"] and before["stamp"] == spec_["stamp"]
+        return (before.get("source") == spec_["source"]
+                and before.get("stamp") == spec_["stamp"]
                 and (spec_["shapes"] is None or spec_["shapes"] == shapes))
 
     def _session(self):

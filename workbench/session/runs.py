@@ -12,7 +12,7 @@ import numpy as np
 
 from workbench.analysis.sizes import at_sizes
 from workbench.errors import BadInputError, ShapeError
-from workbench.importer.symbolic import evaluate, internal_name, sizes_of
+from workbench.importer.symbolic import evaluate, internal_name, sizes_of, user_name
 from workbench.runtime.reference import random_inputs, run_reference
 from workbench.runtime.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all, quantization_steps
 
@@ -59,8 +59,51 @@ class SessionRuns:
     @property
     def symbols(self) -> dict:
         """The program's symbolic sizes and the values runs use unless told (empty for a
-        program of one size; ``workbench.importer.symbolic``)."""
+        program of one size; ``workbench.importer.symbolic``): the sizes every figure is
+        taken at (``set_sizes``)."""
         return dict(self.model.symbols)
+
+    def set_sizes(self, sizes: dict) -> dict:
+        """Take a symbolic program's figures (bytes moved, memory, FLOPs, the predictions
+        of transformations) at ``sizes`` from now on; random inputs and ``profile`` use
+        them too. ``sizes``: symbol (the model's dim name) -> a whole number >= 1; those
+        not named keep theirs. A session folder records them (a reopened session comes
+        back at them); each step recorded the sizes its bytes were taken at. Returns
+        ``symbols``; raises BadInputError for a program of one size, an unknown name or
+        a size that is not a whole number >= 1."""
+        with self.lock:
+            new = self._checked_sizes(sizes)
+            if new != self.model.symbols:
+                for step in self.timeline.steps[1:]:   # recorded at the sizes until now
+                    step.entry.setdefault("sizes", dict(self.model.symbols))
+                self._take_figures_at(new)
+                self._imported_flops = self._flops_of(self.sdfg_at(0))
+                if self.folder is not None and (self.steps or _written(self.folder)):
+                    self._write_folder()   # a folder that holds nothing yet stays empty
+        return self.symbols
+
+    def _checked_sizes(self, sizes) -> dict:
+        """``symbols`` with ``sizes`` (see ``set_sizes``) over them, checked."""
+        known = self.model.symbols
+        if not known:
+            raise BadInputError(f"{self.name} has no symbolic sizes: it was imported at one "
+                                f"size. Open it with symbolic=[NAME] (--symbolic NAME) to keep "
+                                f"a dim a symbol.")
+        if not isinstance(sizes, dict):
+            raise BadInputError(f"sizes are a dict of symbol -> size, such as "
+                                f"{dict(known)}; got {type(sizes).__name__}.")
+        out = dict(known)
+        for key, value in sizes.items():
+            name = user_name(str(key))
+            if name not in known:
+                raise BadInputError(f"'{key}' is not a symbol of {self.name}; its symbols are "
+                                    f"{', '.join(known)}.")
+            whole = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+            if not whole or value < 1:
+                raise BadInputError(f"size {value!r} of '{name}' is not a whole number of at "
+                                    f"least 1.")
+            out[name] = int(value)
+        return out
 
     def _shape(self, info, sizes: dict) -> tuple:
         """``info``'s shape at ``sizes`` (the symbols' values)."""
@@ -230,3 +273,10 @@ class SessionRuns:
         model's dtypes."""
         return {i.onnx_name: np.asarray(inputs[i.onnx_name]).astype(i.dtype, copy=False)
                 for i in self.inputs}
+
+
+def _written(folder) -> bool:
+    """Whether the session folder holds a manifest (its first step, or a save)."""
+    from pathlib import Path
+    from workbench.session.folder import MANIFEST
+    return (Path(folder) / MANIFEST).is_file()

@@ -27,6 +27,7 @@ import time
 
 import dace
 
+from workbench.analysis.sizes import at_sizes
 from workbench.errors import TransformationError, WorkbenchError
 from workbench.session import shapes, working_graph
 from workbench.session.history import Step
@@ -61,6 +62,8 @@ class SessionSteps:
         entry = {"transformation": match.transformation, "level": t.level, **match.to_json(),
                  "bytes_before": before.moved_bytes, "bytes_after": moved.moved_bytes,
                  "time": time.time()}
+        if self.model.symbols:   # the sizes those bytes were taken at (a replay's check)
+            entry["sizes"] = dict(self.model.symbols)
         step = Step(entry, weights=weights, sdfg=sdfg, movement=moved, shape=shape)
         self.timeline.push(step)
         self._enter(step, index)
@@ -107,32 +110,57 @@ class SessionSteps:
     def _replay(self, position: int) -> None:
         """Give lazy step ``position`` (read from a journal) its SDFG: from the nearest
         earlier step that holds one, apply the recorded entries (history rule 1). Every
-        replayed step must move the bytes it recorded; the session ends where it was."""
+        replayed step must move the bytes it recorded, at the sizes it recorded them at
+        (a symbolic program's, ``set_sizes``); the session ends where it was."""
         from workbench.transformation_api import Match
         start = position
         while self.timeline[start].lazy:
             start -= 1
-        back = self.position
-        with self.batch():
-            first = self.timeline.move(start)
-            self._hold_object(first)
-            self._enter(first)
-            for k in range(start + 1, position + 1):
-                step = self.timeline[k]
-                try:
-                    _, _, (sdfg, shape, _, moved, index) = self._result_of(
-                        Match.from_json(step.entry))
-                except WorkbenchError as e:
-                    self._go_back(back)
-                    raise ReplayError(k, str(e)) from e
-                if moved.moved_bytes != step.entry.get("bytes_after", moved.moved_bytes):
-                    self._go_back(back)
-                    raise ReplayError(k, f"it moves {moved.moved_bytes} bytes, where "
-                                         f"{step.entry['bytes_after']} were recorded")
-                step.fill(sdfg, shape, moved)   # the weights read back stay the step's
-                self.timeline.move(k)
-                self._enter(step, index)
+        back, sizes = self.position, self.model.symbols
+        switched = False   # some step recorded its bytes at other sizes than the session's
+        try:
+            with self.batch():
+                first = self.timeline.move(start)
+                self._hold_object(first)
+                self._enter(first)
+                for k in range(start + 1, position + 1):
+                    step = self.timeline[k]
+                    switched = self._replay_at(step.entry, sizes) or switched
+                    try:
+                        with at_sizes(self.model.symbols):
+                            _, _, (sdfg, shape, _, moved, index) = self._result_of(
+                                Match.from_json(step.entry))
+                    except WorkbenchError as e:
+                        raise ReplayError(k, str(e)) from e
+                    if moved.moved_bytes != step.entry.get("bytes_after", moved.moved_bytes):
+                        raise ReplayError(k, f"it moves {moved.moved_bytes} bytes, where "
+                                             f"{step.entry['bytes_after']} were recorded")
+                    step.fill(sdfg, shape, moved)   # the weights read back stay the step's
+                    self.timeline.move(k)
+                    self._enter(step, index)
+        except ReplayError:
+            self._sizes_back(sizes, self.timeline.steps[start:position + 1] if switched else ())
+            self._go_back(back)
+            raise
+        finally:
+            self._sizes_back(sizes, self.timeline.steps[start:position + 1] if switched else ())
         self._go_back(back)
+
+    def _replay_at(self, entry, sizes: dict) -> bool:
+        """Take the figures at the sizes ``entry`` recorded (None: at ``sizes``, the
+        session's own); True when they changed."""
+        want = {**sizes, **((entry or {}).get("sizes") or {})}
+        if want == self.model.symbols:
+            return False
+        self.model.symbols = sizes if want == sizes else want   # a new object: _figure_key
+        return True
+
+    def _sizes_back(self, sizes: dict, replayed) -> None:
+        """The figures at ``sizes`` again; the ``replayed`` steps forget theirs (taken at
+        the sizes their entries recorded)."""
+        self._replay_at(None, sizes)
+        for step in replayed:
+            step.movement = None
 
     def _go_back(self, position: int) -> None:
         if not self.timeline[position].lazy and position != self.position:
@@ -284,8 +312,16 @@ class SessionSteps:
 
     def _figure_key(self) -> tuple:
         """What a figure or a match list of the live SDFG is valid for: the object and
-        the Shape installed on it (a host holds one step at a time)."""
-        return self.sdfg, shapes.installed(self.sdfg), self.model.weights
+        the Shape installed on it (a host holds one step at a time), the weights and the
+        sizes a symbolic program's figures are taken at (``set_sizes`` replaces the dict)."""
+        return self.sdfg, shapes.installed(self.sdfg), self.model.weights, self.model.symbols
+
+    def _take_figures_at(self, sizes: dict) -> None:
+        """Every figure from now on at ``sizes``: those kept for the live SDFG
+        (``_figure_key``) and for each step (``Step.movement``) were taken at others."""
+        self.model.symbols = dict(sizes)
+        for step in self.timeline.steps:
+            step.movement = None
 
     def _state_index(self):
         """The region index of the live SDFG's one state, built once per step."""
