@@ -44,6 +44,12 @@ from workbench.errors import ShapeError
 SHAPE_INPUTS = {("Reshape", 1), ("Expand", 1), ("ConstantOfShape", 0), ("Range", 1),
                 ("Slice", 2)}
 
+# (op type, input position) of inputs that say where data goes (starts, axes, steps), not
+# data: the chain a sized tensor is computed from is not followed through them
+# (``_from_sizes``); should their values move, rule 1 refuses them by name
+PLACEMENT_INPUTS = {("Slice", 1), ("Slice", 3), ("Slice", 4), ("Squeeze", 1),
+                    ("Unsqueeze", 1)}
+
 # base size, the size each symbol moves to, and the size of the check import: odd and
 # unlike the sizes models are made of, so no dimension matches one by chance
 PROBES = (7, 11, 13)
@@ -83,7 +89,8 @@ def sized_constants(imports, source) -> set:
 
 def _from_sizes(graph, name) -> set:
     """The tensors ``name`` is computed from (in ``graph``) that a Shape or Size feeds, but
-    for shape inputs (``SHAPE_INPUTS``: those stay folded and are never read)."""
+    not through shape inputs (``SHAPE_INPUTS``: those stay folded and are never read) or
+    placement inputs (``PLACEMENT_INPUTS``)."""
     producer = {o: n for n in graph.node for o in n.output}
     memo = {}
 
@@ -99,8 +106,8 @@ def _from_sizes(graph, name) -> set:
     while todo:
         node = producer.get(todo.pop())
         for position, t in enumerate(node.input if node is not None else ()):
-            if t and t not in out and (node.op_type, position) not in SHAPE_INPUTS \
-                    and sized(t):
+            if t and t not in out and sized(t) and \
+                    (node.op_type, position) not in SHAPE_INPUTS | PLACEMENT_INPUTS:
                 out.add(t)
                 todo.append(t)
     return out
