@@ -1,7 +1,8 @@
-"""``gui [MODEL] [--session FOLDER]``: open the desktop workbench."""
+"""``gui [MODEL] [--shape ...] [--symbolic NAME] [--session FOLDER]``: open the desktop
+workbench."""
 import sys
 
-from workbench.cli.common import add_training_args, open_training
+from workbench.cli.common import add_shape_args, add_training_args, open_options, open_training
 
 
 def register(sub):
@@ -14,6 +15,7 @@ def register(sub):
                         "$WORKBENCH_SESSIONS; Session.save writes one too); one this "
                         "workbench did not write is loaded only after you accept it in a "
                         "dialog")
+    add_shape_args(p)
     add_training_args(p)
     p.set_defaults(run=run)
 
@@ -22,7 +24,8 @@ def training_program(model, args, progress):
     """The training program of ``model`` written as an ONNX file (the window opens it
     as it opens any model, so autosave, replicas and verification work on it)."""
     import workbench
-    return open_training(args, workbench.open(model, progress=progress)).save_program()
+    return open_training(args, workbench.open(model, progress=progress,
+                                              **open_options(args))).save_program()
 
 
 def run(args, progress) -> int:
@@ -33,6 +36,10 @@ def run(args, progress) -> int:
     if session and args.model:
         raise workbench.BadInputError("give either a MODEL or --session FOLDER, not both.")
     model = args.model or DEFAULT_MODEL
+    options = open_options(args)
+    if session and (args.shape or args.symbolic):
+        raise workbench.BadInputError("--shape and --symbolic open a MODEL; a session folder "
+                                      "keeps the sizes it was opened with.")
     if not session:
         workbench.resolve_model(model)   # an unknown name fails here, with exit code 2
     if args.train:
@@ -40,6 +47,7 @@ def run(args, progress) -> int:
             raise workbench.BadInputError("--train opens a model's training program; leave "
                                           "out --session.")
         model = str(training_program(model, args, progress))
+        options = {}   # the training program's file has its sizes fixed
     if not has_display():
         sys.stderr.write("error: no display (set DISPLAY or WAYLAND_DISPLAY); use "
                          "`app.py screenshot` to render the window offscreen.\n")
@@ -57,5 +65,5 @@ def run(args, progress) -> int:
     if session:
         window.open_session(session)
     else:
-        window.open_model(model)
+        window.open_model(model, options)
     return app.exec_()

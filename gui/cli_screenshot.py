@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from workbench.cli.common import add_recipe_arg, parse_shapes
+from workbench.cli.common import add_recipe_arg, add_shape_args, open_options
 from workbench.errors import BadInputError
 
 
@@ -21,7 +21,7 @@ def register(sub):
     p.add_argument("-o", "--output", required=True, metavar="OUT.png")
     p.add_argument("--select", metavar="NODE", help="select a node (ONNX name, op type or array)")
     add_recipe_arg(p)
-    p.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2,...")
+    add_shape_args(p)
     p.add_argument("--no-profile", action="store_true", help="skip build, verify and profile")
     p.add_argument("--repeat", type=int, default=5, help="profile runs (default 5)")
     p.add_argument("--size", default="1600x1000", metavar="WxH")
@@ -42,7 +42,7 @@ def run(args, progress) -> int:
         raise BadInputError(f"-o '{args.output}': the screenshot is written as PNG; name it *.png.")
     if args.recipe:
         load_recipe(args.recipe)   # an unknown recipe fails before any work (exit 2)
-    ws = workbench.open(args.model, input_shapes=parse_shapes(args.shape), progress=progress)
+    ws = workbench.open(args.model, progress=progress, **open_options(args))
     results, problem = (None, None, None), None
     if args.recipe and not args.no_profile:
         try:   # the import's runtime too, so the runtime-per-step line has a start

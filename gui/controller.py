@@ -94,18 +94,21 @@ class Controller(ProgramRuns, QObject):
         self._checkRequested.connect(self._submit_check)   # queued: runs on the UI thread
 
     # -- opening -------------------------------------------------------------
-    def open_model(self, model, on_done=None, autosave: bool = False) -> None:
-        """Import ``model`` (a bundled name or an .onnx path) in a worker. With
-        ``autosave`` the session saves after every step into a new folder under
-        ``gui.sessions.root()`` (reserved when it opens, written at the first step)."""
+    def open_model(self, model, on_done=None, autosave: bool = False,
+                   options: dict = None) -> None:
+        """Import ``model`` (a bundled name or an .onnx path) in a worker, with
+        ``workbench.open``'s ``options`` (symbolic, input_shapes). With ``autosave`` the
+        session saves after every step into a new folder under ``gui.sessions.root()``
+        (reserved when it opens, written at the first step)."""
         import workbench
+        options = {k: v for k, v in (options or {}).items() if v}
 
         def work(job):
             settle_long_lived_objects()
-            # the listing worker opens a large model beside this process (replica rule 7)
-            threading.Thread(target=listing.prepare_worker, daemon=True,
-                             args=(self.replica, model, self.replica_min_nodes)).start()
-            return settle_session(workbench.open(model, progress=self.progress))
+            if not options:   # the listing worker opens a large model beside this process
+                threading.Thread(target=listing.prepare_worker, daemon=True,   # (rule 7)
+                                 args=(self.replica, model, self.replica_min_nodes)).start()
+            return settle_session(workbench.open(model, progress=self.progress, **options))
 
         def done(ws):
             if autosave:

@@ -19,12 +19,13 @@ RECENT_MAX = 8
 class FileActions:
     """Open, open a session folder, save, Open Recent and drops of ``MainWindow``."""
 
-    def open_model(self, model) -> None:
+    def open_model(self, model, options: dict = None) -> None:
+        """``options``: ``workbench.open``'s symbolic and input_shapes (``gui --symbolic``)."""
         if Path(str(model)).is_dir():   # a session folder given where a model was expected
             self.open_session(model)
             return
         self.ctl.open_model(str(model), on_done=lambda ws: self._remember(str(model)),
-                            autosave=True)
+                            autosave=True, options=options)
 
     def open_session(self, folder, trust: bool = False) -> None:
         self.ctl.open_session_folder(str(folder), on_done=lambda ws: self._remember(str(folder)),

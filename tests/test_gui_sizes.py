@@ -156,3 +156,14 @@ def test_shapes_read_with_the_dims_names(qtbot, window):
     assert props["shape"] == node.subtitle and "sequence_" not in props["shape"]
     assert props["size"].endswith(")") and "at sequence=16 (" in props["size"]
     assert "sequence_" not in props["size"]
+
+
+def test_a_model_opened_with_symbolic_dims_gets_the_box(qtbot, window, tmp_path):
+    """``gui MODEL --symbolic batch --shape batch=3`` opens the model this way."""
+    w = window
+    path = _symbolic_batch("mlp", tmp_path / "m.onnx")
+    w.open_model(path, {"symbolic": ["batch"], "input_shapes": {"batch": [3]}})
+    wait_ready(qtbot, w)
+    assert w.ctl.ws.symbols == {"batch": 3}
+    assert w.graph.sizes.isVisible() and w.graph.sizes.spins["batch"].value() == 3
+    assert rows(w)["figures at sizes"] == "batch=3"

@@ -97,13 +97,18 @@ def add_model_args(parser, required: bool = True):
     parser.add_argument("model", nargs=None if required else "?",
                         help="an .onnx file or a bundled model name "
                              "(mlp, bert-layer, mbconv, resblock)")
+    add_shape_args(parser)
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object as the last line of stdout")
+
+
+def add_shape_args(parser):
+    """--shape and --symbolic: how a model's symbolic dims are opened (``open_options``)."""
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2,...",
                         help="fix an input's shape or a symbolic dim (e.g. batch=1); repeatable")
     parser.add_argument("--symbolic", action="append", default=[], metavar="NAME",
                         help="keep the symbolic dim NAME a symbol: one program for every size "
                              "(its --shape is then the size runs use by default); repeatable")
-    parser.add_argument("--json", action="store_true",
-                        help="print one JSON object as the last line of stdout")
 
 
 def add_sizes_arg(parser):
@@ -171,13 +176,18 @@ def load_npz(path, what: str) -> dict:
                             f" Write it with numpy.savez(path, name=array, ...).") from None
 
 
-def open_session(args, progress):
-    import workbench
+def open_options(args) -> dict:
+    """``workbench.open``'s keyword arguments from --shape, --symbolic and --sizes."""
     symbolic = list(dict.fromkeys(list(getattr(args, "symbolic", None) or []) +
                                   [item.partition("=")[0] for item in
                                    getattr(args, "sizes", None) or []]))
-    return workbench.open(args.model, input_shapes=parse_shapes(args.shape), progress=progress,
-                          symbolic=symbolic)
+    return {"input_shapes": parse_shapes(getattr(args, "shape", None) or []),
+            "symbolic": symbolic}
+
+
+def open_session(args, progress):
+    import workbench
+    return workbench.open(args.model, progress=progress, **open_options(args))
 
 
 def add_training_args(parser, flag: bool = True):
