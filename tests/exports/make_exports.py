@@ -40,6 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # run as a script: the model files, sdfg_models
 
 from control_flow_models import RefineAndRoute  # noqa: E402
+from decode_models import LlamaDecodeStep  # noqa: E402
 from decoder_models import Llama, T5Encoder  # noqa: E402
 from recurrent_models import GRUClassifier, LSTMTagger  # noqa: E402
 from text_models import GPT2, Bert  # noqa: E402
@@ -120,6 +121,19 @@ def _llama(sequence=16, **config):
                   ["input_ids"], ["logits"], dynamo=True)
 
 
+def _llama_decode(length=64, past=5, **config):
+    """One decode step of the Llama-style decoder with its KV cache: the past length a
+    dynamic axis (legacy exporter, opset 17), the rotary tables ``length`` long."""
+    layers, kv, head_dim = config["layers"], config["kv_heads"], config["dim"] // config["heads"]
+    past_names = [f"past_{t}_{i}" for i in range(layers) for t in ("key", "value")]
+    present = [n.replace("past_", "present_") for n in past_names]
+    axes = {**{n: {2: "past"} for n in past_names}, **{n: {2: "total"} for n in present}}
+    return Export(lambda: LlamaDecodeStep(length=length, **config),
+                  lambda: (torch.tensor([[3]]), torch.tensor([[past]]))
+                  + tuple(torch.randn(1, kv, past, head_dim) for _ in past_names),
+                  ["input_ids", "position_ids"] + past_names, ["logits"] + present, axes)
+
+
 def _tokens(make, sequence=16):
     """Token ids [batch, sequence] with dynamic axes, as text models are exported."""
     return Export(make, lambda: (torch.randint(0, 100, (1, sequence)),), ["input_ids"],
@@ -144,6 +158,7 @@ SMALL = {
                            script=True),
     "t5_encoder": _t5(vocab=100, dim=64, heads=4, head_dim=16, ff=128, layers=2),
     "llama": _llama(vocab=128, dim=64, heads=4, kv_heads=2, ff=172, layers=2),
+    "llama_decode": _llama_decode(vocab=128, dim=64, heads=4, kv_heads=2, ff=172, layers=2),
 }
 
 FULL = {

@@ -1,0 +1,44 @@
+"""A Llama-style decode step with a KV cache: one new token, the cache of every layer in,
+the cache one position longer out (``present = Concat(past, new)``), as generation loops
+run a decoder. The weights and blocks are ``decoder_models.Llama``'s; the past length is a
+dynamic axis, so one import serves every length up to the rotary tables' length."""
+import math
+
+import torch
+from torch.nn import functional as F
+
+from decoder_models import Llama, _rotate_half
+
+
+def _attend(attention, x, cos, sin, past_k, past_v):
+    """One query position against the past keys and values and its own."""
+    batch, length, dim = x.shape
+    heads, kv_heads, head_dim = attention.heads, attention.kv_heads, attention.head_dim
+    q = attention.q(x).view(batch, length, heads, head_dim).transpose(1, 2)
+    k = attention.k(x).view(batch, length, kv_heads, head_dim).transpose(1, 2)
+    v = attention.v(x).view(batch, length, kv_heads, head_dim).transpose(1, 2)
+    q = q * cos + _rotate_half(q) * sin
+    k = k * cos + _rotate_half(k) * sin
+    keys, values = torch.cat((past_k, k), dim=2), torch.cat((past_v, v), dim=2)
+    group = heads // kv_heads
+    scores = q @ keys.repeat_interleave(group, dim=1).transpose(-1, -2) / math.sqrt(head_dim)
+    out = F.softmax(scores, dim=-1) @ values.repeat_interleave(group, dim=1)
+    return attention.o(out.transpose(1, 2).reshape(batch, length, dim)), keys, values
+
+
+class LlamaDecodeStep(Llama):
+    """forward(input_ids [1, 1], position_ids [1, 1], past_key_0, past_value_0, ...) ->
+    (logits [1, 1, vocab], present_key_0, present_value_0, ...)."""
+
+    def forward(self, input_ids, position_ids, *past):
+        x = self.embed(input_ids)
+        cos, sin = self.cos[0, 0][position_ids][:, None], self.sin[0, 0][position_ids][:, None]
+        present = []
+        for i, block in enumerate(self.blocks):
+            out, keys, values = _attend(block.attention, block.norm1(x), cos, sin,
+                                        past[2 * i], past[2 * i + 1])
+            x = x + out
+            h = block.norm2(x)
+            x = x + block.down(F.silu(block.gate(h)) * block.up(h))
+            present += [keys, values]
+        return (self.head(self.final_norm(x)), *present)
