@@ -27,7 +27,8 @@ from transforms.graph import (in_array, node_text, readers_elsewhere, readers_te
                               state_accesses)
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.node import OnnxOp
-from workbench.ops.registry import maybe, schema_defaults
+from workbench.ops.registry import schema_defaults
+from workbench.ops.symbolic_sizes import maybe
 from workbench.transformation_api import Refusal, register
 
 ROW_OPS = ("Softmax", "LogSoftmax", "LayerNormalization")

@@ -39,7 +39,8 @@ from workbench.errors import TransformationError, UnsupportedCaseError
 from workbench.ops.conv_onednn import post_ops
 from workbench.ops.node import OnnxOp
 from workbench.ops.pool_onednn import pool_desc
-from workbench.ops.registry import make_call, maybe
+from workbench.ops.registry import make_call
+from workbench.ops.symbolic_sizes import maybe
 from workbench.transformation_api import Transformation, register
 
 

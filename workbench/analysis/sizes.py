@@ -45,9 +45,9 @@ def number(value) -> int:
 
 def number_or_typical(value) -> int:
     """``number(value)`` at the sizes set, else with every symbol at a typical size
-    (``registry.TYPICAL_SIZE``): for what only describes or probes (a match's text,
+    (``symbolic_sizes.TYPICAL_SIZE``): for what only describes or probes (a match's text,
     whether a library has a kernel), never for a figure."""
-    from workbench.ops.registry import typical
+    from workbench.ops.symbolic_sizes import typical
     try:
         return number(value)
     except TypeError:

@@ -193,7 +193,7 @@ def set_size(desc, field: str, value, index: int = None) -> None:
 
 def c_assignments(desc, name: str) -> str:
     """C statements setting ``name``'s symbolic fields from the program's symbols."""
-    from workbench.ops.registry import cpp_size
+    from workbench.ops.symbolic_sizes import cpp_size
     c_field = {"in_": "in"}
     return "".join(f"{name}.{c_field.get(f.split('[')[0], f.split('[')[0])}"
                    f"{f[len(f.split('[')[0]):]} = {cpp_size(v)};\n"

@@ -67,7 +67,7 @@ def conv_desc(call, x, w, y, has_bias: bool, post: PostOps = None) -> onednn.Con
 
 def strides_of(call, conn) -> tuple:
     """The array's strides: ints, or expressions of a symbolic program's sizes."""
-    from workbench.ops.registry import sized
+    from workbench.ops.symbolic_sizes import sized
     return tuple(sized(s) for s in call._desc(conn).strides)
 
 

@@ -21,8 +21,8 @@ import dace
 from workbench.build.settings import blas_implementation
 from workbench.ops.index_maps import op_sdfg
 from workbench.ops.library_tasklet import library_tasklet
-from workbench.ops.registry import (cpp_size, implements, mapped_tasklet, maybe, sized,
-                                       surely)
+from workbench.ops.registry import implements, mapped_tasklet
+from workbench.ops.symbolic_sizes import cpp_size, maybe, sized, surely
 
 OP_TYPE = "MatMulStrided"
 DOMAIN = "workbench"

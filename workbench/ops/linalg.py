@@ -13,7 +13,8 @@ from dace.libraries.blas import BatchedMatMul, Gemm
 from workbench.build.settings import blas_implementation
 from workbench.ops.accumulate import mapped_reduction, parallel
 from workbench.ops.reduce import refuse_float16
-from workbench.ops.registry import broadcast_dim, connector_sdfg, implements, mapped_tasklet
+from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
+from workbench.ops.symbolic_sizes import broadcast_dim
 
 _SUM = "lambda p, q: p + q"
 _BLAS_TYPES = (dace.float32, dace.float64)

@@ -27,8 +27,8 @@ import dace
 from dace.properties import CodeBlock
 
 from workbench.ops.normalization import layer_norm, rms_norm, softmax
-from workbench.ops.registry import (connector_sdfg, cpp_size, implements, mapped_tasklet,
-                                    maybe)
+from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
+from workbench.ops.symbolic_sizes import cpp_size, maybe
 from workbench.ops.simd import FLOAT_TYPES, SIMD_MATH
 
 CHUNK = 64

@@ -12,7 +12,8 @@ import numpy as np
 
 from workbench.ops.index_maps import (check_shape, element_map, literal, op_sdfg, params, size_of,
                                       write_values)
-from workbench.ops.registry import connector_sdfg, cpp_size, implements, np_dtype
+from workbench.ops.registry import connector_sdfg, implements, np_dtype
+from workbench.ops.symbolic_sizes import cpp_size
 
 
 def _known(call, values):

@@ -15,7 +15,8 @@ import re
 import dace
 from dace.codegen.cppunparse import py2cpp
 
-from workbench.ops.registry import cpp_size, mapped_tasklet, maybe, surely
+from workbench.ops.registry import mapped_tasklet
+from workbench.ops.symbolic_sizes import cpp_size, maybe, surely
 
 FLOAT_TYPES = (dace.float32, dace.float64)  # what the row kernels compute in
 

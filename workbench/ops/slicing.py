@@ -70,7 +70,8 @@ def concat_direct(call):
     arrays at their own strides (channels-last ones after ChannelsLast too; the pure
     implementation reshapes them, which only row-major data allows). The map's last,
     innermost, parameter walks the output's fastest dimension."""
-    from workbench.ops.registry import mapped_tasklet, typical
+    from workbench.ops.registry import mapped_tasklet
+    from workbench.ops.symbolic_sizes import typical
     y = call.output(0)
     shape, strides = call.shape(y), [typical(s) for s in call.outputs[y].strides]
     axis = _axis(call.attr("axis"), len(shape))
