@@ -175,29 +175,33 @@ def set_size(desc, field: str, value, index: int = None) -> None:
     """``desc.field`` (or ``desc.field[index]``) = ``value``, a size that may be a symbolic
     expression: the descriptor holds it at a probe size and remembers the expression,
     which the generated call evaluates on each call (``c_assignments``)."""
-    key = field if index is None else f"{field}[{index}]"
     if not hasattr(desc, "symbolic"):
-        desc.symbolic = {}
-    desc.symbolic.pop(key, None)
+        desc.symbolic = {}   # (field, index or None) -> expression
+    desc.symbolic.pop((field, index), None)
     try:
         number = int(value)
     except TypeError:
         from workbench.analysis.sizes import number_or_typical
         number = number_or_typical(value)
-        desc.symbolic[key] = value
+        desc.symbolic[(field, index)] = value
     if index is None:
         setattr(desc, field, number)
     else:
         getattr(desc, field)[index] = number
 
 
+def size_of_field(desc, field: str):
+    """``desc.field`` as ``set_size`` was given it: an int or a symbolic expression."""
+    return getattr(desc, "symbolic", {}).get((field, None), getattr(desc, field))
+
+
 def c_assignments(desc, name: str) -> str:
     """C statements setting ``name``'s symbolic fields from the program's symbols."""
     from workbench.ops.symbolic_sizes import cpp_size
-    c_field = {"in_": "in"}
-    return "".join(f"{name}.{c_field.get(f.split('[')[0], f.split('[')[0])}"
-                   f"{f[len(f.split('[')[0]):]} = {cpp_size(v)};\n"
-                   for f, v in getattr(desc, "symbolic", {}).items())
+    c_names = {"in_": "in"}   # ``in`` is a Python keyword: ctypes' field is ``in_``
+    return "".join(f"{name}.{c_names.get(field, field)}"
+                   f"{'' if index is None else f'[{index}]'} = {cpp_size(value)};\n"
+                   for (field, index), value in getattr(desc, "symbolic", {}).items())
 
 
 def c_initializer(desc) -> str:

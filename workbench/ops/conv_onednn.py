@@ -24,6 +24,7 @@ from workbench.build.settings import target
 from workbench.errors import UnsupportedCaseError
 from workbench.ops.library_tasklet import library_tasklet
 from workbench.ops.registry import expand_as, implements, moves_inside, schema_defaults
+from workbench.ops.symbolic_sizes import sized
 from workbench.ops.window import sliding_window
 
 MAX_POST = onednn.MAX_POST
@@ -67,7 +68,6 @@ def conv_desc(call, x, w, y, has_bias: bool, post: PostOps = None) -> onednn.Con
 
 def strides_of(call, conn) -> tuple:
     """The array's strides: ints, or expressions of a symbolic program's sizes."""
-    from workbench.ops.symbolic_sizes import sized
     return tuple(sized(s) for s in call._desc(conn).strides)
 
 

@@ -30,10 +30,8 @@ DOMAIN = "workbench"
 
 def size_attr(value):
     """A size or stride as an attribute holds it: an int, or the text of an expression."""
-    try:
-        return int(value)
-    except TypeError:
-        return str(value)
+    value = sized(value)
+    return value if isinstance(value, int) else str(value)
 
 
 def attr_size(value):

@@ -64,10 +64,6 @@ def gemm_desc(call) -> onednn.MatMulDesc:
     return d
 
 
-def rows(desc):
-    """The descriptor's M: an int, or the expression of a symbolic program's sizes."""
-    return getattr(desc, "symbolic", {}).get("m", desc.m)
-
 
 def b_is_transient(call) -> bool:
     return call.inputs[call.input(1)].transient
@@ -88,7 +84,7 @@ def _library(call):
     sdfg = library_call(call, "gemm", d, operands, y, "wb_dnnl_matmul",
                         f"__a, __b, {'__bias' if bias else 'nullptr'}, __y")
     if call.op_type == "Gemm" and c is not None and call.attr("beta", 1.0) != 0 and not bias:
-        add_bias_state(call, sdfg, sdfg.sink_nodes()[0], rows(d), d.n)
+        add_bias_state(call, sdfg, sdfg.sink_nodes()[0], onednn.size_of_field(d, "m"), d.n)
     return sdfg
 
 
