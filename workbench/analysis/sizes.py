@@ -5,12 +5,16 @@ array sizes such as ``batch*784``. Its bytes moved, memory and FLOPs are
 numbers at a size: inside ``at_sizes({"batch": 4})`` the analyses read every
 expression of those symbols as its value there. Outside one, a symbolic size
 is not a number (a ``TypeError``, as before), so no figure is ever taken at a
-size nobody chose.
+size nobody chose. A count symbol (a size the run-time data decide,
+``importer/counted.py``) that the sizes do not give is read at its bound, the
+largest it can be: its figures are the worst case.
 """
 import contextvars
 from contextlib import contextmanager
 
 _SIZES = contextvars.ContextVar("workbench_sizes", default=None)
+# count symbol -> its bound, as the last import that made it found it
+COUNT_BOUNDS = {}
 
 
 @contextmanager
@@ -33,7 +37,7 @@ def number(value) -> int:
     try:
         return int(value)
     except TypeError:
-        sizes = _SIZES.get()
+        sizes = {**COUNT_BOUNDS, **(_SIZES.get() or {})}
         if not sizes:
             raise
     import sympy

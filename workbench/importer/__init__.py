@@ -6,6 +6,7 @@ import onnx
 
 from workbench.importer.contracts import check_contracts
 from workbench.importer.control_flow import settle_control_flow
+from workbench.importer.counted import counted_nodes, insert_counts, split_program
 from workbench.importer.data_dependent import bound_data_dependent
 from workbench.importer.fold import fold_constants
 from workbench.importer.half import compute_half_in_float
@@ -33,11 +34,14 @@ class ImportedModel:
     counted: dict = field(default_factory=dict)
     # symbolic dims kept symbolic -> the size runs use unless told (importer/symbolic.py)
     symbols: dict = field(default_factory=dict)
+    # symbol sized by run-time data -> the array its count is written to (importer/counted.py)
+    counts: dict = field(default_factory=dict)
 
 
 def import_model(source, input_shapes: dict = None, name: str = None, prefer_blas: bool = None,
                  fold: bool = True, progress=SILENT, memory_budget=None,
-                 bounded: bool = False, symbolic=(), unfolded=frozenset()) -> ImportedModel:
+                 bounded: bool = False, symbolic=(), unfolded=frozenset(),
+                 counting: bool = True) -> ImportedModel:
     """Import an ONNX file path or ``ModelProto`` into an SDFG.
 
     ``prefer_blas`` (default: when a BLAS library is found) picks the BLAS
@@ -50,7 +54,9 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
     ``symbolic`` names symbolic dims of the inputs that stay symbols of the program
     (``importer/symbolic.py``); ``input_shapes`` may give each the size runs use by
     default (else 1). Tensors named in ``unfolded`` are computed by the program, never
-    folded into weights.
+    folded into weights. Other NonZero/NonMaxSuppression/Unique nodes of run-time data are
+    bounded with a count the program honours (``importer/counted.py``; not with
+    ``symbolic``, nor where ``counting`` is false: those are refused by name).
     """
     if symbolic:
         return _import_symbolic(source, input_shapes, name, prefer_blas, fold, progress,
@@ -75,6 +81,9 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
     counted = {}
     if bounded:
         folded, counted = bound_data_dependent(folded, tensor_types(folded))
+    if counting and counted_nodes(folded, tensor_types(folded)):
+        return _import_counted(folded, fixed, model, name, prefer_blas, fold, progress,
+                               memory_budget, counted)
     with progress.phase("build SDFG"):
         sdfg_name = c_identifier(f"wb_{name}", set())
         sdfg, inputs, outputs, weights = build_sdfg(folded, tensor_types(folded), sdfg_name,
@@ -85,7 +94,7 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
 
 
 def _import_symbolic(source, input_shapes, name, prefer_blas, fold, progress, memory_budget,
-                     names):
+                     names, keep_source=False):
     from workbench.importer import symbolic
     if not isinstance(source, onnx.ModelProto):
         source = load_model(source, memory_budget)
@@ -109,15 +118,31 @@ def _import_symbolic(source, input_shapes, name, prefer_blas, fold, progress, me
         for sizes in probes:
             with progress.phase(f"import at {', '.join(f'{n}={v}' for n, v in sizes.items())}"):
                 imports.append(import_model(source, {**given, **sizes}, name, prefer_blas, fold,
-                                            memory_budget=memory_budget, unfolded=unfolded))
+                                            memory_budget=memory_budget, unfolded=unfolded,
+                                            counting=False))
         # a folded tensor whose size changes with the symbols is computed by the program
         more = symbolic.sized_constants(imports, source) - unfolded
         if not more:
             break
         unfolded |= more
     out = symbolic.generalize(names, probes, imports)
+    if keep_source:
+        return out
     out.reference_model = fix_input_shapes(source, given, keep=names)
     out.symbols = defaults
+    return out
+
+
+def _import_counted(folded, fixed, model, name, prefer_blas, fold, progress, memory_budget,
+                    counted):
+    """The program of ``folded`` with its run-time data-dependent sizes as count symbols
+    assigned inside it (``importer/counted.py``)."""
+    cut, counts = insert_counts(folded, tensor_types(folded))
+    out = _import_symbolic(cut, {}, name, prefer_blas, fold, progress, memory_budget,
+                           tuple(counts), keep_source=True)
+    split_program(out, counts)
+    out.reference_model, out.counted = fixed, counted
+    out.stats["nodes_in"] = len(model.graph.node)
     return out
 
 

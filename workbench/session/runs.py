@@ -49,8 +49,7 @@ class SessionRuns:
             carried = {sdfg_name[i]: sdfg_name[o] for i, o in carry.items()}
         self._call(build, args, carry=carried)
         sizes = {n: args[internal_name(n)] for n in self.model.symbols}
-        out = {info.onnx_name: results[info.onnx_name].reshape(self._shape(info, sizes))
-               for info in self.outputs if info.onnx_name not in (carry or {}).values()}
+        out = self.outputs_of(results, sizes, skip=(carry or {}).values())
         for info in self.inputs:
             if info.onnx_name in (carry or {}):
                 out[info.onnx_name] = args[info.sdfg_name].reshape(self._shape(info, sizes))
@@ -105,6 +104,30 @@ class SessionRuns:
             out[name] = int(value)
         return out
 
+    def outputs_of(self, results: dict, sizes: dict, skip=()) -> dict:
+        """The outputs (ONNX names) in ``results`` of ``call_args``, after a call, at
+        ``sizes``; an output sized by a count the program wrote (``importer/counted.py``)
+        is the leading corner of its array, at that count."""
+        counts = getattr(self.model, "counts", None) or {}
+        sizes = {**sizes, **{s: int(results[("count", s)][0]) for s in counts}}
+        out = {}
+        for info in self.outputs:
+            if info.onnx_name in skip:
+                continue
+            value = results[info.onnx_name]
+            if counts:
+                shape = evaluate(info.shape, sizes)
+                value = value[tuple(slice(0, d) for d in shape)] if shape else value
+                out[info.onnx_name] = np.ascontiguousarray(value).reshape(shape)
+            else:
+                out[info.onnx_name] = value.reshape(self._shape(info, sizes))
+        return out
+
+    def output_names(self) -> list:
+        """SDFG names of the arrays a call writes for the caller: outputs and counts."""
+        counts = getattr(self.model, "counts", None) or {}
+        return [o.sdfg_name for o in self.outputs] + list(counts.values())
+
     def _shape(self, info, sizes: dict) -> tuple:
         """``info``'s shape at ``sizes`` (the symbols' values)."""
         if not self.model.symbols:
@@ -133,7 +156,7 @@ class SessionRuns:
                 args[i] = args[o]
             return samples
         from workbench.runtime import isolated
-        return isolated.call(build, args, [o.sdfg_name for o in self.outputs],
+        return isolated.call(build, args, self.output_names(),
                              constant=self.model.weights.keys(), repeat=repeat, warmup=warmup,
                              timeout=self.run_timeout,
                              cancel=getattr(self.progress, "cancel_event", None),
@@ -158,6 +181,8 @@ class SessionRuns:
             results[info.onnx_name] = np.zeros(self._stored(build, info.sdfg_name, sizes),
                                                dtype=info.dtype)
             args[info.sdfg_name] = results[info.onnx_name]
+        for symbol, name in (getattr(self.model, "counts", None) or {}).items():
+            args[name] = results[("count", symbol)] = np.zeros(1, np.int64)
         # a symbolic program takes its sizes by the symbols' names
         args.update({internal_name(k): v for k, v in sizes.items()})
         return args, results

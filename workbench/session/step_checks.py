@@ -82,11 +82,12 @@ def run_and_compare(ws, step, finish, cancel=None) -> dict:
         inputs = ws.random_inputs()
         args, results = ws.call_args(build, inputs, weights=step.weights)
         position = ws.timeline.index(step)
-        isolated.call(build, args, [o.sdfg_name for o in ws.outputs], constant=step.weights.keys(),
+        isolated.call(build, args, ws.output_names(), constant=step.weights.keys(),
                       timeout=ws.run_timeout, cancel=cancel, step=_describe(step, position))
     finally:
         release(build)
-    outputs = {o.onnx_name: results[o.onnx_name].reshape(o.shape) for o in ws.outputs}
+    outputs = ws.outputs_of(results, {}) if ws.model.counts else {
+        o.onnx_name: results[o.onnx_name].reshape(o.shape) for o in ws.outputs}
     report = compare_all(ws.name, outputs, _reference(ws), DEFAULT_RTOL, DEFAULT_ATOL,
                          steps=quantization_steps(ws.model.reference_model))
     return verified_from(report)

@@ -1,0 +1,235 @@
+"""Sizes the run-time data decide, inside the program: a bound at import, a count at run time.
+
+NonZero, NonMaxSuppression and Unique of values known only at run time have an
+output size nobody knows at import, yet other nodes may read that output. The
+program then runs in two states:
+
+1. The first state runs everything the counts do not decide, the data-dependent
+   nodes among it as their ``*Bounded`` kernels (``ops/data_dependent.py``): they
+   write into an array of the bound (the input's size) and write the count.
+2. The interstate edge assigns each count to a symbol of the program
+   (``n = count[0]``): a symbol, not an argument.
+3. The second state runs the rest at the true count: each counted output is a
+   ``Slice`` of the bounded array to ``n`` rows, and everything downstream is
+   sized by expressions of ``n``, as a symbolic import fits them
+   (``importer/symbolic.py``: the model is imported at probe sizes of ``n``, the
+   count standing in as a dummy graph input of size ``n``, removed afterwards).
+4. A graph output sized by ``n`` is written into an array of its size at the bound
+   (the caller allocates that); the caller keeps the leading ``n``-sized corner
+   (``ImportedModel.counts`` names the count arrays; ``Session.run`` reads them).
+
+A data-dependent node whose input size is itself counted (one count feeding
+another) is refused by name, as are Compress and TopK (``data_dependent.py``).
+"""
+import dace
+import sympy
+
+from workbench.errors import UnsupportedCaseError
+from workbench.importer.data_dependent import BOUNDED, DOMAIN, OUTPUTS, _bounds
+
+SIZE_SUFFIX = "__size"   # the dummy input that stands in for a count while probing
+
+
+def counted_nodes(model, types) -> list:
+    """The data-dependent nodes (BOUNDED) with an output of no static shape."""
+    return [n for n in model.graph.node
+            if n.domain in ("", "ai.onnx") and n.op_type in BOUNDED
+            and any(o and types.get(o, (0, None))[1] is None for o in n.output)]
+
+
+def insert_counts(model, types):
+    """``model`` with each counted node replaced by its bounded kernel and a Slice per
+    counted output, ended by a dummy input of the count's size. Returns (model,
+    {symbol: (count tensor, bound)})."""
+    from onnx import TensorProto, helper, numpy_helper
+    from workbench.importer.pieces import copy_model
+    from workbench.importer.to_sdfg import c_identifier
+    out = copy_model(model)
+    graph = out.graph
+    inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    taken = set(types) | {n.name for n in graph.node} | {t.name for t in graph.initializer}
+    symbols, counts, nodes = set(), {}, []
+
+    def fresh(base):
+        name = base
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        return name
+
+    for i, node in enumerate(graph.node):
+        if node not in counted_nodes(model, types):
+            nodes.append(node)
+            continue
+        label = node.name or f"{node.op_type}_{i}"
+        bounds = _bounds(node, types, inits)
+        if not bounds:
+            raise UnsupportedCaseError(
+                label, node.op_type,
+                "its input's size is known only at run time (it depends on data too, "
+                "or on another node whose output size does): no bound is known at import "
+                "for its output, and one count deciding another is not supported")
+        symbol = c_identifier(f"{label}_count", symbols)
+        count, ends = fresh(f"{node.output[0]}__count"), fresh(f"{symbol}__ends")
+        dummy = fresh(symbol + SIZE_SUFFIX)
+        graph.input.append(helper.make_tensor_value_info(dummy, TensorProto.FLOAT, [symbol]))
+        slices, outs, bound = [], [], None
+        for o in list(node.output) + [""] * (OUTPUTS[node.op_type] - len(node.output)):
+            shape, axis = bounds.get(o, (None, None)) if o else (None, None)
+            if not o or axis is None:
+                outs.append(o)
+                continue
+            bounded = fresh(f"{o}__bound")
+            outs.append(bounded)
+            elem = types.get(o, (None, None))[0] or TensorProto.INT64
+            if node.op_type == "Unique" and o == node.output[0]:
+                elem = types[node.input[0]][0]
+            graph.value_info.append(helper.make_tensor_value_info(bounded, elem, shape))
+            starts, axes = fresh(f"{bounded}__starts"), fresh(f"{bounded}__axes")
+            graph.initializer.extend([numpy_helper.from_array(_i64([0]), starts),
+                                      numpy_helper.from_array(_i64([axis]), axes)])
+            slices.append(helper.make_node("Slice", [bounded, starts, ends, axes], [o],
+                                           name=fresh(f"{label}_keep_{o}")))
+            bound = shape[axis]
+        new = helper.make_node(BOUNDED[node.op_type], list(node.input), outs + [count],
+                               name=label, domain=DOMAIN)
+        new.attribute.extend(node.attribute)
+        nodes += [new, helper.make_node("Shape", [dummy], [ends], name=fresh(f"{symbol}_shape")),
+                  *slices]
+        graph.output.append(helper.make_tensor_value_info(count, TensorProto.INT64, [1]))
+        counts[symbol] = (count, bound)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    kept = {o for n in nodes for o in n.output}
+    keep = [v for v in graph.value_info if v.name not in kept or v.name.endswith("__bound")]
+    del graph.value_info[:]
+    graph.value_info.extend(keep)
+    if not any(o.domain == DOMAIN for o in out.opset_import):
+        out.opset_import.append(helper.make_opsetid(DOMAIN, 1))
+    return out, counts
+
+
+def _i64(values):
+    import numpy as np
+    return np.asarray(values, dtype=np.int64)
+
+
+def split_program(imported, counts: dict) -> None:
+    """Rules 1 to 4 on the symbolic import ``imported`` of ``insert_counts``' model: the
+    dummy inputs go, the count outputs become ``imported.counts``, the state splits where
+    the counts are known, and outputs sized by a count are written into their bound."""
+    from workbench.importer.symbolic import internal_name
+    sdfg = imported.sdfg
+    syms = {internal_name(s): (c, b) for s, (c, b) in counts.items()}
+    dummies = {internal_name(s) + SIZE_SUFFIX for s in counts} | \
+        {s + SIZE_SUFFIX for s in counts}
+    for info in [i for i in imported.inputs if i.onnx_name in dummies]:
+        imported.inputs.remove(info)
+        _remove_array(sdfg, info.sdfg_name)
+    names = {i.onnx_name: i.sdfg_name for i in imported.outputs}
+    imported.counts = {s: names[c] for s, (c, _) in syms.items()}
+    count_arrays = set(imported.counts.values())
+    imported.outputs = [o for o in imported.outputs if o.sdfg_name not in count_arrays]
+    first = sdfg.states()[0]
+    later = sdfg.add_state_after(first, "counted", assignments={
+        s: f"{a}[0]" for s, a in imported.counts.items()})
+    _move_counted(sdfg, first, later, set(syms))
+    from workbench.analysis.sizes import COUNT_BOUNDS
+    COUNT_BOUNDS.update({s: b for s, (_, b) in syms.items()})
+    bounds = {sympy.Symbol(s): b for s, (_, b) in syms.items()}
+    for info in imported.outputs:
+        desc = sdfg.arrays[info.sdfg_name]
+        if not _counted(desc.shape, syms):
+            continue
+        at_bound = tuple(_largest(d, bounds, info.onnx_name) for d in desc.shape)
+        _write_into_bound(sdfg, later, info.sdfg_name, at_bound)
+
+
+def _counted(shape, syms) -> bool:
+    return any(str(s) in syms for d in shape
+               for s in getattr(sympy.sympify(d), "free_symbols", ()))
+
+
+def _largest(dim, bounds, name) -> int:
+    """``dim`` (a linear form of the counts) at its largest for counts in 0..bound."""
+    expr = sympy.expand(sympy.sympify(dim))
+    values = {}
+    for s in expr.free_symbols:
+        bound = next((b for k, b in bounds.items() if str(k) == str(s)), None)
+        coeff = expr.coeff(s)
+        if bound is None or not coeff.is_number or coeff < 0:
+            raise UnsupportedCaseError(name, "output", f"its size {expr} does not grow with "
+                                       f"the count; no bound is known at import")
+        values[s] = bound
+    return max(int(expr.subs(values)), int(expr.subs({s: 0 for s in values})), 0)
+
+
+def _remove_array(sdfg, name) -> None:
+    for state in sdfg.states():
+        for node in [n for n in state.data_nodes() if n.data == name]:
+            if state.degree(node):
+                raise UnsupportedCaseError(name, "input", "a count's stand-in is read")
+            state.remove_node(node)
+    sdfg.remove_data(name, validate=False)
+
+
+def _move_counted(sdfg, first, later, syms) -> None:
+    """Every node that touches an array sized by a count, and all below it, into ``later``;
+    an array written above and read below is read there through its own access node."""
+    from dace.sdfg import nodes as nd
+    sized = {name for name, desc in sdfg.arrays.items() if _counted(desc.shape, syms)}
+    seeds = [n for n in first.nodes() if not isinstance(n, nd.AccessNode)
+             and any(e.data.data in sized for e in first.all_edges(n))]
+    moved = set()
+    todo = list(seeds)
+    while todo:
+        node = todo.pop()
+        if node in moved:
+            continue
+        moved.add(node)
+        todo += [e.dst for e in first.out_edges(node)]
+    for node in moved:
+        if getattr(node, "op_type", "").endswith("Bounded"):
+            raise UnsupportedCaseError(node.label, node.op_type,
+                                       "its input's size is decided by another count")
+    copies = {}
+    for node in first.nodes():
+        if not isinstance(node, nd.AccessNode) or node in moved or not any(
+                e.dst in moved for e in first.out_edges(node)):
+            continue
+        if first.in_degree(node) or any(e.dst not in moved for e in first.out_edges(node)):
+            copies[node] = later.add_access(node.data)
+        else:   # read below only (a weight, an input)
+            moved.add(node)
+    for node in moved:
+        later.add_node(node)
+    for edge in list(first.edges()):
+        src, dst = edge.src, edge.dst
+        if dst in moved:
+            later.add_edge(copies.get(src, src), edge.src_conn, dst, edge.dst_conn, edge.data)
+            first.remove_edge(edge)
+    for node in moved:
+        first.remove_node(node)
+
+
+def _write_into_bound(sdfg, state, name, at_bound) -> None:
+    """Output ``name`` computed into a transient of its counted size, then copied into the
+    leading corner of the caller's array of size ``at_bound``."""
+    desc = sdfg.arrays[name]
+    shape = desc.shape
+    sized, _ = sdfg.add_transient(f"{name}__counted", shape, desc.dtype, find_new_name=True)
+    writers = []
+    for node in state.data_nodes():
+        if node.data != name:
+            continue
+        node.data = sized
+        for edge in state.all_edges(node):
+            if edge.data.data == name:
+                edge.data.data = sized
+        if state.in_degree(node):
+            writers.append(node)
+    desc.set_shape(at_bound)
+    corner = ", ".join(f"0:{d}" for d in shape)
+    for writer in writers:
+        state.add_edge(writer, None, state.add_write(name), None,
+                       dace.Memlet(data=sized, subset=corner, other_subset=corner))
