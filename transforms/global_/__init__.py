@@ -1,4 +1,5 @@
 """Global level: the whole program's memory."""
-from transforms.global_ import (constant_folding, cse, dead_code, identity, inplace,  # noqa: F401
+from transforms.global_ import (cache_in_place, constant_folding, cse, dead_code,  # noqa: F401
+                                identity, inplace,
                                 persistent, recompute, state_fusion,
                                 transient_reuse)

@@ -28,6 +28,7 @@ import dace
 from dace.sdfg import nodes
 from dace.sdfg.propagation import propagate_memlets_sdfg
 
+from workbench.ops.cache_append import OP_TYPE as CACHE_APPEND, cache_connectors
 from workbench.ops.node import OnnxOp
 from workbench.ops.registry import OWNER_SEPARATOR, moved_inside
 from workbench.analysis.sizes import number
@@ -118,7 +119,8 @@ def _counted_edges(edge, state, sdfg, names):
     if edge.data.data is None or edge.data.is_empty():
         return []
     ends = [n for n in (src, dst) if isinstance(n, nodes.AccessNode)]
-    if not ends or any(_in_registers(n, sdfg) for n in ends) or _aliases(edge, state, sdfg):
+    if not ends or any(_in_registers(n, sdfg) for n in ends) or _aliases(edge, state, sdfg) \
+            or _shared_cache(edge):
         return []
     other = dst if isinstance(src, nodes.AccessNode) else src
     if isinstance(other, nodes.NestedSDFG) and state.entry_node(other) is None:
@@ -138,6 +140,15 @@ def _aliases(edge, state, sdfg) -> bool:
     from dace.sdfg.utils import get_view_edge
     return any(isinstance(n, nodes.AccessNode) and isinstance(sdfg.arrays[n.data], dace.data.View)
                and get_view_edge(state, n) is edge for n in (edge.src, edge.dst))
+
+
+def _shared_cache(edge) -> bool:
+    """A CacheAppend's past and present edges: one buffer, grown in place; the op
+    counts the rows it writes itself (``ops/cache_append``)."""
+    for node, conn in ((edge.dst, edge.dst_conn), (edge.src, edge.src_conn)):
+        if isinstance(node, OnnxOp) and node.op_type == CACHE_APPEND:
+            return conn in cache_connectors(node)
+    return False
 
 
 def _edge_bytes(edge, sdfg) -> int:

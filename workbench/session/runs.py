@@ -120,7 +120,8 @@ class SessionRuns:
                 value = value[tuple(slice(0, d) for d in shape)] if shape else value
                 out[info.onnx_name] = np.ascontiguousarray(value).reshape(shape)
             else:
-                out[info.onnx_name] = value.reshape(self._shape(info, sizes))
+                out[info.onnx_name] = np.ascontiguousarray(value).reshape(
+                    self._shape(info, sizes))
         return out
 
     def output_names(self) -> list:
@@ -174,13 +175,15 @@ class SessionRuns:
         (``weights``: another step's, default the current ones)."""
         args = dict(self.model.weights if weights is None else weights)
         arrays, sizes = self._input_arrays(inputs)
-        args.update({name: value.reshape(self._stored(build, name, sizes))   # as ``build`` stores
-                     for name, value in arrays.items()})
+        for name, value in arrays.items():   # as ``build`` stores them
+            args[name], view = laid_out(build.sdfg.arrays[name], self._stored(build, name, sizes),
+                                        sizes, value.dtype, name)
+            view[...] = value.reshape(view.shape)
         results = {}
         for info in self.outputs:
-            results[info.onnx_name] = np.zeros(self._stored(build, info.sdfg_name, sizes),
-                                               dtype=info.dtype)
-            args[info.sdfg_name] = results[info.onnx_name]
+            args[info.sdfg_name], results[info.onnx_name] = laid_out(
+                build.sdfg.arrays[info.sdfg_name], self._stored(build, info.sdfg_name, sizes),
+                sizes, info.dtype, info.onnx_name)
         for symbol, name in (getattr(self.model, "counts", None) or {}).items():
             args[name] = results[("count", symbol)] = np.zeros(1, np.int64)
         # a symbolic program takes its sizes by the symbols' names
@@ -298,6 +301,35 @@ class SessionRuns:
         model's dtypes."""
         return {i.onnx_name: np.asarray(inputs[i.onnx_name]).astype(i.dtype, copy=False)
                 for i in self.inputs}
+
+
+def laid_out(desc, shape: tuple, sizes: dict, dtype, name: str):
+    """(the buffer a program takes for ``desc`` at ``shape``, a view of it at ``shape``):
+    one array when ``desc`` is row-major, else a flat buffer of ``desc.total_size``
+    elements seen through ``desc``'s strides (a cache with room to grow,
+    ``transforms/global_/cache_in_place.py``)."""
+    strides = evaluate(desc.strides, sizes) if sizes else tuple(int(s) for s in desc.strides)
+    if all(n == 1 or s == r for n, s, r in zip(shape, strides, _row_major(shape))):
+        buffer = np.zeros(shape, dtype=dtype)
+        return buffer, buffer
+    total = int(evaluate((desc.total_size,), sizes)[0] if sizes else desc.total_size)
+    span = 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+    if min(shape, default=1) > 0 and span > total:
+        raise BadInputError(f"'{name}' at shape {tuple(shape)} does not fit the {total} "
+                            f"elements its program holds for it (a cache's capacity: "
+                            f"CacheInPlace's option 'capacity'); pass a shorter one.")
+    buffer = np.zeros(total, dtype=dtype)
+    item = np.dtype(dtype).itemsize
+    view = np.lib.stride_tricks.as_strided(buffer, shape, tuple(s * item for s in strides))
+    return buffer, view
+
+
+def _row_major(shape) -> tuple:
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= n
+    return tuple(out[::-1])
 
 
 def _written(folder) -> bool:
