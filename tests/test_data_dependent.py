@@ -160,12 +160,17 @@ def test_sequence_input_outside_the_backend_is_refused_clearly():
         import_model(model)
 
 
-def test_nonzero_of_run_time_data_is_refused_by_name():
+def test_nonzero_of_run_time_data_runs_at_the_count_in_a_session():
+    """Once refused; now a count the program writes (importer/counted.py, and
+    tests/test_data_dependent_inside.py for nodes that read such outputs)."""
+    import onnxruntime as ort
     model = _model([helper.make_node("NonZero", ["x"], ["y"], name="where_nz")],
                    [helper.make_tensor_value_info("x", F, [100])],
                    [helper.make_tensor_value_info("y", I64, [1, "n"])])
-    with pytest.raises(UnsupportedCaseError, match=r"'where_nz' \(NonZero\).*nonzero"):
-        import_model(model)
+    ws = workbench.open(model)
+    reference = ort.InferenceSession(model.SerializeToString())
+    for x in (np.arange(100, dtype="f4") % 3, np.zeros(100, "f4")):
+        np.testing.assert_array_equal(ws.run({"x": x})["y"], reference.run(None, {"x": x})[0])
 
 
 def test_run_time_nonzero_and_nms_bounded_and_trimmed_match_onnxruntime():
@@ -202,13 +207,17 @@ def test_run_time_nonzero_and_nms_bounded_and_trimmed_match_onnxruntime():
         "y": 1, "sel": 0, "u": 1, "cnt": 0, "v": 0}
 
 
-def test_bounded_output_read_inside_the_graph_is_refused_by_name():
+def test_bounded_output_read_inside_the_graph_runs_at_the_count():
+    """Once refused; the reader now runs at the count (importer/counted.py)."""
     model = _model([helper.make_node("NonZero", ["x"], ["y"], name="nz"),
                     helper.make_node("Neg", ["y"], ["z"])],
                    [helper.make_tensor_value_info("x", F, [100])],
                    [helper.make_tensor_value_info("z", I64, [1, "n"])])
-    with pytest.raises(UnsupportedCaseError, match=r"'nz' \(NonZero\)"):
-        import_model(model, bounded=True)
+    imported = import_model(model, bounded=True)
+    assert list(imported.counts) == ["nz_count"] and not imported.counted
+    x = np.arange(100, dtype="f4") % 4
+    (z,) = WorkbenchBackend.prepare(model).run({"x": x})
+    np.testing.assert_array_equal(z, -np.stack(np.nonzero(x)))
 
 
 def test_unique_and_nms_kernels_match_onnxruntime():

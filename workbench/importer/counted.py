@@ -26,6 +26,7 @@ import sympy
 
 from workbench.errors import UnsupportedCaseError
 from workbench.importer.data_dependent import BOUNDED, DOMAIN, OUTPUTS, _bounds
+from workbench.importer.symbolic import PROBES
 
 SIZE_SUFFIX = "__size"   # the dummy input that stands in for a count while probing
 
@@ -48,7 +49,7 @@ def insert_counts(model, types):
     graph = out.graph
     inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     taken = set(types) | {n.name for n in graph.node} | {t.name for t in graph.initializer}
-    symbols, counts, nodes = set(), {}, []
+    symbols, counts, nodes, declared = set(), {}, [], set()
 
     def fresh(base):
         name = base
@@ -76,15 +77,24 @@ def insert_counts(model, types):
         slices, outs, bound = [], [], None
         for o in list(node.output) + [""] * (OUTPUTS[node.op_type] - len(node.output)):
             shape, axis = bounds.get(o, (None, None)) if o else (None, None)
-            if not o or axis is None:
+            if not o or axis is None:   # all of it, or absent: its shape as inferred
+                static = types.get(o, (0, None))[1] if o else None
+                if o and (static is not None or shape is not None):
+                    elem = types.get(o, (None,))[0] or TensorProto.INT64
+                    graph.value_info.append(helper.make_tensor_value_info(
+                        o, elem, static if static is not None else shape))
+                    declared.add(o)
                 outs.append(o)
                 continue
+            # no smaller than the probe sizes, which the Slice would clamp to the bound
+            shape = tuple(max(d, max(PROBES)) if a == axis else d for a, d in enumerate(shape))
             bounded = fresh(f"{o}__bound")
             outs.append(bounded)
             elem = types.get(o, (None, None))[0] or TensorProto.INT64
             if node.op_type == "Unique" and o == node.output[0]:
                 elem = types[node.input[0]][0]
             graph.value_info.append(helper.make_tensor_value_info(bounded, elem, shape))
+            declared.add(bounded)
             starts, axes = fresh(f"{bounded}__starts"), fresh(f"{bounded}__axes")
             graph.initializer.extend([numpy_helper.from_array(_i64([0]), starts),
                                       numpy_helper.from_array(_i64([axis]), axes)])
@@ -101,7 +111,7 @@ def insert_counts(model, types):
     del graph.node[:]
     graph.node.extend(nodes)
     kept = {o for n in nodes for o in n.output}
-    keep = [v for v in graph.value_info if v.name not in kept or v.name.endswith("__bound")]
+    keep = [v for v in graph.value_info if v.name not in kept or v.name in declared]
     del graph.value_info[:]
     graph.value_info.extend(keep)
     if not any(o.domain == DOMAIN for o in out.opset_import):

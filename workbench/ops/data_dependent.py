@@ -130,16 +130,17 @@ def non_max_suppression_bounded(call):
 
 @implements("NonZeroBounded", internal=True)
 def non_zero_bounded(call):
-    """The coordinates of the nonzero elements, in row-major order, into an output with a
-    column per element of the input, and how many there are (output 1)."""
+    """The coordinates of the nonzero elements, in row-major order, into an output with at
+    least a column per element of the input, and how many there are (output 1)."""
     x, y, count = call.input(0), call.output(0), call.output(1)
     shape = call.shape(x)
     n = size_of(shape)
     if not shape:
         raise call.fail("a 0-d input")
-    _check_shapes(call, {y: (len(shape), n), count: (1,)})
-    unravel = "\n".join(f"    __{y}[{d} * {n} + k] = (i / {size_of(shape[d + 1:])}) % {shape[d]};"
-                        for d in range(len(shape)))
+    cols = call.shape(y)[1] if len(call.shape(y)) == 2 else 0
+    _check_shapes(call, {y: (len(shape), max(cols, n)), count: (1,)})
+    unravel = "\n".join(f"    __{y}[{d} * {cols} + k] = (i / {size_of(shape[d + 1:])})"
+                        f" % {shape[d]};" for d in range(len(shape)))
     code = f"""
 long long k = 0;
 for (long long i = 0; i < {n}; ++i) {{
@@ -147,8 +148,8 @@ for (long long i = 0; i < {n}; ++i) {{
 {unravel}
     ++k;
 }}
-for (long long j = k; j < {n}; ++j)
-    for (int d = 0; d < {len(shape)}; ++d) __{y}[d * {n} + j] = -1;
+for (long long j = k; j < {cols}; ++j)
+    for (int d = 0; d < {len(shape)}; ++d) __{y}[d * {cols} + j] = -1;
 __{count}[0] = k;
 """
     return _kernel(call, "non_zero", code)
