@@ -25,6 +25,10 @@ SEED = 0
 
 
 def export_session(ws, folder, target: str = "cpu") -> dict:
+    if getattr(ws.model, "counts", None):   # its runner would return the bound, not the count
+        raise BadInputError(f"an export does not read the counts of sizes the data decide "
+                            f"({', '.join(ws.model.counts)}; importer/counted.py) yet; run "
+                            f"the program in the workbench.")
     if ws.model.symbols and target != "cpu":
         raise BadInputError(f"a GPU export runs at one size; open the model with "
                             f"{', '.join(ws.model.symbols)} fixed (--shape NAME=SIZE, without "

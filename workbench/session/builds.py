@@ -47,6 +47,10 @@ class SessionBuilds:
         if target != "gpu":
             return self.build(target, again=again)
         from workbench.build.cuda import load_cuda, require_cuda_device
+        if getattr(self.model, "counts", None):   # read on the host between two states
+            from workbench.errors import BadInputError
+            raise BadInputError(f"sizes the data decide ({', '.join(self.model.counts)}) run on "
+                                f"the CPU only for now (importer/counted.py).")
         require_cuda_device()  # before spending a build on it
         build = self.build("gpu")
         if build.compiled is not None:  # loaded; recompiled only for another arch
