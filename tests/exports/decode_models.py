@@ -42,3 +42,34 @@ class LlamaDecodeStep(Llama):
             x = x + block.down(F.silu(block.gate(h)) * block.up(h))
             present += [keys, values]
         return (self.head(self.final_norm(x)), *present)
+
+
+class LlamaPrefill(Llama):
+    """forward(input_ids [1, sequence]) -> (logits [1, sequence, vocab], present_key_0,
+    present_value_0, ...): the prompt read at once, and the cache a decode step goes on
+    from (the same weights as ``LlamaDecodeStep`` built under the same seed)."""
+
+    def forward(self, input_ids):
+        length = input_ids.shape[1]
+        x = self.embed(input_ids)
+        cos, sin = self.cos[:, :, :length], self.sin[:, :, :length]
+        causal = torch.triu(torch.full((length, length), float("-inf")), diagonal=1)
+        present = []
+        for block in self.blocks:
+            attention = block.attention
+            batch, _, dim = x.shape
+            h = block.norm1(x)
+            heads, kv_heads, head_dim = attention.heads, attention.kv_heads, attention.head_dim
+            q = attention.q(h).view(batch, length, heads, head_dim).transpose(1, 2)
+            k = attention.k(h).view(batch, length, kv_heads, head_dim).transpose(1, 2)
+            v = attention.v(h).view(batch, length, kv_heads, head_dim).transpose(1, 2)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            group = heads // kv_heads
+            scores = q @ k.repeat_interleave(group, dim=1).transpose(-1, -2) / math.sqrt(head_dim)
+            out = F.softmax(scores + causal, dim=-1) @ v.repeat_interleave(group, dim=1)
+            x = x + attention.o(out.transpose(1, 2).reshape(batch, length, dim))
+            h = block.norm2(x)
+            x = x + block.down(F.silu(block.gate(h)) * block.up(h))
+            present += [k, v]
+        return (self.head(self.final_norm(x)), *present)

@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # run as a script: the model files, sdfg_models
 
 from control_flow_models import RefineAndRoute  # noqa: E402
-from decode_models import LlamaDecodeStep  # noqa: E402
+from decode_models import LlamaDecodeStep, LlamaPrefill  # noqa: E402
 from decoder_models import Llama, T5Encoder  # noqa: E402
 from recurrent_models import GRUClassifier, LSTMTagger  # noqa: E402
 from text_models import GPT2, Bert  # noqa: E402
@@ -134,6 +134,18 @@ def _llama_decode(length=64, past=5, **config):
                   ["input_ids", "position_ids"] + past_names, ["logits"] + present, axes)
 
 
+def _llama_prefill(length=128, prompt=5, **config):
+    """The prompt of the same Llama-style decoder read at once: logits and every layer's
+    cache out, the prompt's length a dynamic axis (legacy exporter, opset 17)."""
+    layers = config["layers"]
+    present = [f"present_{t}_{i}" for i in range(layers) for t in ("key", "value")]
+    axes = {"input_ids": {1: "sequence"}, "logits": {1: "sequence"},
+            **{n: {2: "sequence"} for n in present}}
+    return Export(lambda: LlamaPrefill(length=length, **config),
+                  lambda: (torch.randint(0, config.get("vocab", 32000), (1, prompt)),),
+                  ["input_ids"], ["logits"] + present, axes)
+
+
 def _tokens(make, sequence=16):
     """Token ids [batch, sequence] with dynamic axes, as text models are exported."""
     return Export(make, lambda: (torch.randint(0, 100, (1, sequence)),), ["input_ids"],
@@ -158,7 +170,11 @@ SMALL = {
                            script=True),
     "t5_encoder": _t5(vocab=100, dim=64, heads=4, head_dim=16, ff=128, layers=2),
     "llama": _llama(vocab=128, dim=64, heads=4, kv_heads=2, ff=172, layers=2),
-    "llama_decode": _llama_decode(vocab=128, dim=64, heads=4, kv_heads=2, ff=172, layers=2),
+    # rotary tables of 128 positions: a prompt and 64 generated tokens fit
+    "llama_decode": _llama_decode(128, vocab=128, dim=64, heads=4, kv_heads=2, ff=172,
+                                  layers=2),
+    "llama_prefill": _llama_prefill(128, vocab=128, dim=64, heads=4, kv_heads=2, ff=172,
+                                    layers=2),
 }
 
 FULL = {

@@ -124,3 +124,11 @@ def program_order(state) -> list:
     generator and the unit builds walk ``dfs_topological_sort``)."""
     from dace.sdfg.utils import dfs_topological_sort
     return list(dfs_topological_sort(state))
+
+
+def init_sized(sdfg) -> bool:
+    """Whether the program's initialization allocates a buffer whose size is symbolic: a
+    caller that changes the sizes must initialize it again (exported run.py, generate)."""
+    kept = (dace.AllocationLifetime.Persistent, dace.AllocationLifetime.Global)
+    return any(desc.lifetime in kept and dace.symbolic.issymbolic(desc.total_size)
+               for owner in sdfg.all_sdfgs_recursive() for desc in owner.arrays.values())

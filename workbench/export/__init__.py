@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from workbench.analysis.memory import init_sized
 from workbench.errors import BadInputError, BuildError, CheckFailed
 from workbench.session.folder import atomic_write
 from workbench.runtime.reference import run_reference
@@ -132,20 +133,11 @@ def _program_spec(ws, build, library_name) -> dict:
             # the library's init takes, in order
             "symbols": dict(ws.model.symbols or {}),
             "init_symbols": [user_name(s.strip()) for s in init.split(",") if s.strip()],
-            "init_sized": _init_sized(build.sdfg),
+            "init_sized": init_sized(build.sdfg),
             "seed": SEED, "rtol": DEFAULT_RTOL, "atol": DEFAULT_ATOL,
             "half_rtol": max(DEFAULT_RTOL, HALF_RTOL), "half_atol": max(DEFAULT_ATOL, HALF_ATOL),
             "steps": {name: step * STEP_SLACK for name, step
                       in quantization_steps(ws.model.reference_model).items()}}
-
-
-def _init_sized(sdfg) -> bool:
-    """Whether the library's initialization allocates a buffer whose size is symbolic (then
-    run.py initializes it again at other sizes)."""
-    from dace import AllocationLifetime, symbolic
-    kept = (AllocationLifetime.Persistent, AllocationLifetime.Global)
-    return any(desc.lifetime in kept and symbolic.issymbolic(desc.total_size)
-               for owner in sdfg.all_sdfgs_recursive() for desc in owner.arrays.values())
 
 
 def _check(folder: Path) -> dict:

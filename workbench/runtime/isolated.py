@@ -64,6 +64,18 @@ def call(build, args: dict, outputs, constant=(), repeat: int = 1, warmup: int =
                         dict(carry or {}))
 
 
+def decode(build, args: dict, shared: dict, constant=(), timeout: float = None,
+           cancel=None, step: str = "", **loop) -> dict:
+    """A greedy decoding loop in the worker (``run_worker._Program.decode``) on one load
+    of ``build``: ``args`` as for ``call``, the names in ``shared`` (input -> output) given
+    one buffer (``args[input]`` is passed for both; the program must let them alias, as
+    CacheInPlace's do). ``loop``: token, position (SDFG names), logits, vocab, first, past,
+    steps, symbols (their names), reinit. Returns the worker's reply: tokens, logits,
+    samples_ms."""
+    return _WORKER.decode(build, args, dict(shared), set(constant),
+                          DEFAULT_TIMEOUT_S if timeout is None else timeout, cancel, step, loop)
+
+
 def shutdown() -> None:
     """Stop the worker (a later run starts a new one)."""
     _WORKER.stop()
@@ -168,7 +180,38 @@ class _Worker:
                 args[i] = segments[i].view
             return reply["samples_ms"]
 
-    def _load(self, key, build, args, outputs, constant, timeout, cancel, what) -> _Loaded:
+    def decode(self, build, args, shared, constant, timeout, cancel, step, loop):
+        with self._lock:
+            self._start()
+            what = _What(build, step)
+            key = f"decode:{uuid.uuid4().hex[:12]}"   # its own load: buffers shared, per loop
+            for name in shared:
+                args[shared[name]] = args[name]
+            loaded = self._load(key, build, args, set(), constant, timeout, cancel, what,
+                                shared)
+            try:
+                for name, segment in loaded.segments.items():
+                    if name not in loaded.constants:
+                        np.copyto(segment.view, np.asarray(args[name]).reshape(
+                            segment.view.shape), casting="same_kind")
+                order = list(build.compiled._sig)
+                symbols = [order.index(n) for n in loop["symbols"]]
+                msg = {"op": "decode", "key": key, "threads": os.environ.get("OMP_NUM_THREADS"),
+                       "token": loaded.segments[loop["token"]].id,
+                       "position": loaded.segments[loop["position"]].id
+                       if loop.get("position") else None,
+                       "logits": loaded.segments[loop["logits"]].id,
+                       "logits_dtype": np.dtype(args[loop["logits"]].dtype).name,
+                       "vocab": loop["vocab"], "first": loop["first"], "past": loop["past"],
+                       "steps": loop["steps"], "symbols": symbols, "init": loop["symbols"],
+                       "reinit": loop.get("reinit", False)}
+                return self._ask(msg, timeout * max(loop["steps"], 1), cancel, what)
+            finally:
+                if key in self.programs:
+                    self._unload(key, timeout, what)
+
+    def _load(self, key, build, args, outputs, constant, timeout, cancel, what,
+              shared=None) -> _Loaded:
         while len(self.programs) >= CAPACITY:
             self._unload(next(iter(self.programs)), timeout, what)
         from dace import data as dt
@@ -188,7 +231,10 @@ class _Worker:
                     init.append(item)
                 continue
             value = np.asarray(value)
-            if name in constant:
+            partner = {**(shared or {}), **{o: i for i, o in (shared or {}).items()}}.get(name)
+            if partner in segments:   # one buffer for a cache's input and output
+                segment = segments[partner]
+            elif name in constant:
                 segment = self.shared.get(id(value))
                 if segment is None:
                     segment = self.shared[id(value)] = _Segment(value.shape, value.dtype, value)

@@ -108,6 +108,41 @@ class _Program:
     def close(self) -> int:
         return self._exit(self.state)
 
+    def decode(self, msg: dict, segments: dict) -> dict:
+        """A greedy decoding loop on one loaded program whose cache stays in its buffers
+        (``workbench.runtime.generate``): each step writes the token (and its position),
+        sets the past length, calls, and takes the argmax of the last logits row."""
+        import numpy as np
+
+        def array(sid, dtype):
+            return np.frombuffer(segments[sid].map, dtype=dtype)
+
+        token_ids = array(msg["token"], np.int64)
+        positions = array(msg["position"], np.int64) if msg.get("position") else None
+        logits = array(msg["logits"], msg["logits_dtype"]).reshape(-1, msg["vocab"])
+        token, past, rows, samples = msg["first"], msg["past"], [], []
+        tokens = []
+        for _ in range(msg["steps"]):
+            token_ids[:] = token
+            if positions is not None:
+                positions[:] = past
+            for index in msg["symbols"]:
+                self.args[index] = ctypes.c_int64(past)
+            if msg.get("reinit"):   # its initialization sizes buffers by the past length
+                self._exit(self.state)
+                self.state = ctypes.c_void_p(self._init(*[ctypes.c_int64(past)
+                                                          for _ in msg["init"]]))
+            t = time.perf_counter()
+            self.call()
+            samples.append((time.perf_counter() - t) * 1e3)
+            last = logits[-1]
+            rows.append(last.copy())
+            token = int(last.argmax())
+            tokens.append(token)
+            past += len(token_ids)
+        return {"ok": True, "tokens": tokens, "logits": np.stack(rows) if rows else None,
+                "samples_ms": samples}
+
 
 def _set_threads(n, current):
     if n is not None and n != current:
@@ -152,6 +187,9 @@ def serve(conn) -> None:
                         samples.append((time.perf_counter() - t) * 1e3)
                     program.swap(msg.get("swap", ()))
                     reply = {"ok": True, "samples_ms": samples}
+                elif op == "decode":
+                    threads_now = _set_threads(msg.get("threads"), threads_now)
+                    reply = programs[msg["key"]].decode(msg, segments)
                 elif op == "unload":
                     program = programs.pop(msg["key"], None)
                     reply = {"ok": True, "exit": program.close() if program else 0}
