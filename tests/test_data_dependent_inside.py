@@ -152,3 +152,24 @@ def test_compress_of_run_time_conditions_is_still_refused_by_name():
                    [("x", F, [6, 2]), ("keep", TensorProto.BOOL, [6])], [("y", F, ["m", 2])])
     with pytest.raises(UnsupportedCaseError, match=r"'pick' \(Compress\).*true conditions"):
         import_model(model)
+
+
+def test_count_sized_arrays_are_allocated_after_the_count_is_assigned():
+    """DaCe allocates a transient where its state runs when only that state uses it: the
+    arrays sized by the count come after ``count = ...[0]`` in the generated code."""
+    imported = import_model(_nonzero_model())
+    (symbol, array), = imported.counts.items()
+    assert symbol not in imported.sdfg.free_symbols
+    code = imported.sdfg.generate_code()[0].clean_code
+    assigned = code.index(f"{symbol} = {array}[0];")
+    sized = [i for i, line in enumerate(code.splitlines(keepends=True))
+             if "new " in line and symbol in line]
+    offsets = [sum(len(x) for x in code.splitlines(keepends=True)[:i]) for i in sized]
+    assert offsets and all(o > assigned for o in offsets), (assigned, offsets)
+
+
+def test_a_count_in_a_program_of_symbolic_sizes_is_refused_by_name():
+    model = _model([node("NonZero", ["x"], ["nz"], name="where"), node("Neg", ["nz"], ["y"])],
+                   [("x", F, ["b", 6])], [("y", I64, [2, "k"])])
+    with pytest.raises(UnsupportedCaseError, match=r"'where' \(NonZero\).*symbolic sizes"):
+        import_model(model, symbolic=["b"])

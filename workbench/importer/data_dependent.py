@@ -4,10 +4,14 @@ NonZero, Unique, NonMaxSuppression, Compress and TopK produce as many
 elements as their input values decide. The importer runs them when those
 values are known at import (constants, or computed from constants: the
 output's size is then known too). With values computed at run time,
-NonZero, NonMaxSuppression and Unique outputs that are graph outputs no node reads
-can get an upper bound and a count output (``bound_data_dependent``, on
-request: the caller must keep the first ``count``, ``keep_counted``); any
-other such node is refused by name, with what decides its size.
+NonZero, NonMaxSuppression and Unique run into an upper bound with a count:
+graph outputs no node reads get a count output on request
+(``bound_data_dependent``: the caller keeps the first ``count``,
+``keep_counted``; the ONNX backend's way); every other one runs with a count
+symbol the program assigns, and the nodes after it run at the count
+(``importer/counted.py``). Where neither applies (Compress, TopK of a run-time
+k, a count deciding another, a program of symbolic sizes) the node is refused
+by name, with what decides its size.
 """
 from workbench.errors import ShapeError, UnsupportedCaseError
 
@@ -22,8 +26,8 @@ DATA_DEPENDENT = {
 
 
 OUTPUTS = {"NonZero": 1, "NonMaxSuppression": 1, "Unique": 4}
-BOUND_HINT = {op: ", or, for graph outputs no node reads, with an upper bound and a "
-                  "run-time count (import_model(bounded=True), as the ONNX backend does)"
+BOUND_HINT = {op: ", or with an upper bound and a run-time count (importer/counted.py), "
+                  "which a program of symbolic sizes or a control flow body does not take yet"
               for op in ("NonZero", "NonMaxSuppression", "Unique")}
 
 
