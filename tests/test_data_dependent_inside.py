@@ -173,3 +173,20 @@ def test_a_count_in_a_program_of_symbolic_sizes_is_refused_by_name():
                    [("x", F, ["b", 6])], [("y", I64, [2, "k"])])
     with pytest.raises(UnsupportedCaseError, match=r"'where' \(NonZero\).*symbolic sizes"):
         import_model(model, symbolic=["b"])
+
+
+def test_a_size_not_linear_in_the_count_is_refused_naming_the_counted_node():
+    """Every count (n x n, flattened) has no linear form: one program cannot hold it."""
+    model = _model([node("NonZero", ["x"], ["nz"], name="where"),
+                    node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
+                    node("GatherND", ["x", "idx"], ["vals"]),
+                    node("Unsqueeze", ["vals", "one"], ["col"]),
+                    node("Unsqueeze", ["vals", "zero"], ["row"]),
+                    node("Mul", ["col", "row"], ["outer"]),
+                    node("Reshape", ["outer", "flat"], ["flat_outer"])],
+                   [("x", F, [4, 5])], [("flat_outer", F, ["mm"])],
+                   [("one", np.array([1], np.int64)), ("zero", np.array([0], np.int64)),
+                    ("flat", np.array([-1], np.int64))])
+    with pytest.raises(UnsupportedCaseError, match=r"'where' \(NonZero\).*count known at "
+                       r"run time.*'flat_outer' axis 0 does not grow linearly"):
+        import_model(model)

@@ -137,9 +137,18 @@ def _import_counted(folded, fixed, model, name, prefer_blas, fold, progress, mem
                     counted):
     """The program of ``folded`` with its run-time data-dependent sizes as count symbols
     assigned inside it (``importer/counted.py``)."""
+    from workbench.errors import UnsupportedCaseError
+    from workbench.importer.symbolic import NotSymbolic
     cut, counts = insert_counts(folded, tensor_types(folded))
-    out = _import_symbolic(cut, {}, name, prefer_blas, fold, progress, memory_budget,
-                           tuple(counts), keep_source=True)
+    try:
+        out = _import_symbolic(cut, {}, name, prefer_blas, fold, progress, memory_budget,
+                               tuple(counts), keep_source=True)
+    except NotSymbolic as e:   # named by the node whose count it is
+        named = list(zip(counted_nodes(folded, tensor_types(folded)), counts))
+        node = next((n for n, symbol in named if symbol in str(e)), named[0][0])
+        raise UnsupportedCaseError(node.name or node.op_type, node.op_type,
+                                   f"its output's size is a count known at run time, and "
+                                   f"the nodes after it do not run at every count: {e}") from e
     split_program(out, counts)
     out.reference_model, out.counted = fixed, counted
     out.stats["nodes_in"] = len(model.graph.node)

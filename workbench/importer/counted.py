@@ -33,9 +33,12 @@ SIZE_SUFFIX = "__size"   # the dummy input that stands in for a count while prob
 
 def counted_nodes(model, types) -> list:
     """The data-dependent nodes (BOUNDED) with an output of no static shape."""
-    return [n for n in model.graph.node
-            if n.domain in ("", "ai.onnx") and n.op_type in BOUNDED
-            and any(o and types.get(o, (0, None))[1] is None for o in n.output)]
+    return [n for n in model.graph.node if _is_counted(n, types)]
+
+
+def _is_counted(node, types) -> bool:
+    return node.domain in ("", "ai.onnx") and node.op_type in BOUNDED and any(
+        o and types.get(o, (0, None))[1] is None for o in node.output)
 
 
 def insert_counts(model, types):
@@ -59,7 +62,7 @@ def insert_counts(model, types):
         return name
 
     for i, node in enumerate(graph.node):
-        if node not in counted_nodes(model, types):
+        if not _is_counted(node, types):
             nodes.append(node)
             continue
         label = node.name or f"{node.op_type}_{i}"
