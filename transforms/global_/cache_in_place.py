@@ -13,7 +13,9 @@ copy back as the next ``past``. Rules:
    the past ones, copying the past rows only when the two are different memory.
 3. Readers of ``present`` see its strides: Views of it that only add or drop unit
    dims take them on; an operator reading it directly reads a strided View. Any other
-   View (one that merges the length with another dim) refuses the match.
+   View (one that merges the length with another dim), and an operator whose
+   implementation reads row-major data only (``READS_STRIDED``: element-wise ops, Tile,
+   Expand), refuses the match by name.
 4. The runtime passes inputs and outputs of such arrays in a capacity-sized buffer
    (``Session.run``) and refuses a past length that leaves no room; ``generate``
    passes one buffer for both, so a decode step moves only the new rows of the cache.
@@ -26,11 +28,16 @@ from transforms.graph import access_nodes
 from transforms.layout.views import data_input, data_output, is_row_major, row_major
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.cache_append import OP_TYPE
+from workbench.ops.elementwise import ELEMENTWISE
 from workbench.ops.node import OnnxOp
 from workbench.transformation_api import Refusal, register
 
 # positions the buffer holds unless a match says otherwise (options {"capacity": N})
 DEFAULT_CAPACITY = 2048
+# operators whose implementations index their inputs by their own shapes, so that a
+# strided View reads right (registry._keep_strides refuses one that reshapes it)
+READS_STRIDED = ELEMENTWISE | {"Tile", "Expand"}
+RESHAPES = {"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity"}
 
 
 def _unit_view_strides(view_shape, shape, strides):
@@ -64,7 +71,14 @@ def _views_of(state, access):
 
 def _plan_views(sdfg, state, access, shape, strides, out):
     """[(view access, its new strides)] for every View under ``access``, or a Refusal."""
-    views, _ = _views_of(state, access)
+    views, readers = _views_of(state, access)
+    for edge in readers:
+        op = edge.dst
+        if not isinstance(op, OnnxOp) or op.op_type not in READS_STRIDED:
+            kind = getattr(op, "op_type", type(op).__name__)
+            hint = (" (ReshapeAsView makes it a view first)" if kind in RESHAPES else "")
+            return Refusal(f"the cache is read by {getattr(op, 'onnx_name', '') or op.label} "
+                           f"({kind}), whose implementation reads row-major data only{hint}")
     for view in views:
         desc = sdfg.arrays[view.data]
         if not isinstance(desc, dace.data.View):
@@ -103,8 +117,7 @@ class CacheInPlace(OperatorTransformation):
             return None
         p, x, y = sdfg.arrays[past.data], sdfg.arrays[new.data], sdfg.arrays[out.data]
         if p.transient or y.transient or isinstance(p, dace.data.View):
-            return Refusal("the Concat does not append to a graph input that is a graph "
-                           "output: no cache passed from step to step")
+            return None   # no cache passed from step to step: nothing to say
         axis = int(node.attrs.get("axis", 0)) % len(p.shape)
         length = p.shape[axis]
         if not issymbolic(length):

@@ -97,15 +97,13 @@ def generate(decoder, prompt, tokens: int, prefill=None) -> Generation:
     decode-step model, its past length symbolic) and ``prefill`` (a Session over the
     full-sequence model, or None)."""
     prompt = check_prompt(prompt, tokens)
-    plan = decode_plan(decoder.inputs, decoder.outputs, decoder.model.symbols)
     if prefill is None:
         raise BadInputError(
             "reading the prompt token by token starts from an empty cache (past length 0), "
             "and a symbolic program runs sizes >= 1: give the full-sequence model that "
             "returns the prompt's cache (--prefill MODEL).")
+    plan = decode_plan(decoder.inputs, decoder.outputs, decoder.model.symbols)
     first, cache = _prefill(prefill, prompt, plan)
-    if len(prompt) + tokens - 1 < 1:
-        return Generation(prompt, [first[0]], first[1][None])
     if _in_place(decoder, plan):
         out = _loop_in_worker(decoder, plan, prompt, tokens, first, cache)
     else:
