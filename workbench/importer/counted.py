@@ -44,7 +44,7 @@ def _is_counted(node, types) -> bool:
 def insert_counts(model, types):
     """``model`` with each counted node replaced by its bounded kernel and a Slice per
     counted output, ended by a dummy input of the count's size. Returns (model,
-    {symbol: (count tensor, bound)})."""
+    {symbol: (count tensor, bound, dummy input)})."""
     from onnx import TensorProto, helper, numpy_helper
     from workbench.importer.pieces import copy_model
     from workbench.importer.to_sdfg import c_identifier
@@ -73,7 +73,9 @@ def insert_counts(model, types):
                 "its input's size is known only at run time (it depends on data too, "
                 "or on another node whose output size does): no bound is known at import "
                 "for its output, and one count deciding another is not supported")
-        symbol = c_identifier(f"{label}_count", symbols)
+        symbol = c_identifier(f"{label}_count", symbols | taken)   # no tensor's name
+        symbols.add(symbol)
+        taken.add(symbol)
         count, ends = fresh(f"{node.output[0]}__count"), fresh(f"{symbol}__ends")
         dummy = fresh(symbol + SIZE_SUFFIX)
         graph.input.append(helper.make_tensor_value_info(dummy, TensorProto.FLOAT, [symbol]))
@@ -110,7 +112,7 @@ def insert_counts(model, types):
         nodes += [new, helper.make_node("Shape", [dummy], [ends], name=fresh(f"{symbol}_shape")),
                   *slices]
         graph.output.append(helper.make_tensor_value_info(count, TensorProto.INT64, [1]))
-        counts[symbol] = (count, bound)
+        counts[symbol] = (count, bound, dummy)
     del graph.node[:]
     graph.node.extend(nodes)
     kept = {o for n in nodes for o in n.output}
@@ -133,9 +135,8 @@ def split_program(imported, counts: dict) -> None:
     the counts are known, and outputs sized by a count are written into their bound."""
     from workbench.importer.symbolic import internal_name
     sdfg = imported.sdfg
-    syms = {internal_name(s): (c, b) for s, (c, b) in counts.items()}
-    dummies = {internal_name(s) + SIZE_SUFFIX for s in counts} | \
-        {s + SIZE_SUFFIX for s in counts}
+    syms = {internal_name(s): (c, b) for s, (c, b, _) in counts.items()}
+    dummies = {d for _, _, d in counts.values()}
     for info in [i for i in imported.inputs if i.onnx_name in dummies]:
         imported.inputs.remove(info)
         _remove_array(sdfg, info.sdfg_name)
