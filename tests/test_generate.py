@@ -128,3 +128,23 @@ def test_generate_refuses_bad_input_with_exit_2(extra, message):
     proc = subprocess.run([sys.executable, "app.py", "--quiet", "generate", str(DECODE), *extra],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_the_exported_program_takes_caches_of_any_length_within_its_capacity(models, tmp_path):
+    import importlib.util
+    from workbench.runtime.reference import ort_session
+    decoder, _, _ = models
+    assert decoder.export(tmp_path / "decode")["check"]["match"]
+    spec = importlib.util.spec_from_file_location("exported_run", tmp_path / "decode" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    program = module.Program(tmp_path / "decode")
+    reference = ort_session(decoder.model.reference_model, 2)
+    names = [o.name for o in reference.get_outputs()]
+    for past in (5, 60, 7):
+        inputs = decoder.random_inputs(sizes={"past": past})
+        got, want = program(inputs), dict(zip(names, reference.run(None, inputs)))
+        for name in names:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="capacity"):
+        program(decoder.random_inputs(sizes={"past": 80}))

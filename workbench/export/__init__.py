@@ -123,6 +123,9 @@ def _program_spec(ws, build, library_name) -> dict:
                      "dtype": np.dtype(desc.dtype.as_numpy_dtype()).name,
                      "onnx_name": info.onnx_name if info else name,
                      "onnx_shape": shape_json(info.shape) if info else None})
+        if not _row_major(desc):   # a cache with room to grow (CacheInPlace)
+            args[-1].update(strides=shape_json(desc.strides),
+                            total_size=shape_json([desc.total_size])[0])
     from workbench.runtime.verify import (DEFAULT_ATOL, DEFAULT_RTOL, HALF_ATOL, HALF_RTOL,
                                           STEP_SLACK, quantization_steps)
     inputs = [{"onnx_name": i.onnx_name, "onnx_shape": shape_json(i.shape),
@@ -138,6 +141,15 @@ def _program_spec(ws, build, library_name) -> dict:
             "half_rtol": max(DEFAULT_RTOL, HALF_RTOL), "half_atol": max(DEFAULT_ATOL, HALF_ATOL),
             "steps": {name: step * STEP_SLACK for name, step
                       in quantization_steps(ws.model.reference_model).items()}}
+
+
+def _row_major(desc) -> bool:
+    step = 1
+    for n, stride in zip(reversed(desc.shape), reversed(desc.strides)):
+        if n != 1 and stride != step:
+            return False
+        step *= n
+    return True
 
 
 def _check(folder: Path) -> dict:

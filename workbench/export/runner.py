@@ -152,13 +152,15 @@ class Program:
                 if value.shape != want:
                     raise ValueError(f"input '{arg['onnx_name']}' has shape {value.shape}; "
                                      f"the program takes {arg['onnx_shape']}, here {want}")
-                array = np.ascontiguousarray(value.reshape(shape))
+                array, view = _laid_out(arg, shape, sizes)
+                view[...] = value.reshape(shape)
                 inputs = {**inputs, arg["onnx_name"]: array}  # keep it alive for the call
             else:
-                array = outputs[arg["onnx_name"]] = np.zeros(shape, dtype=arg["dtype"])
+                array, outputs[arg["onnx_name"]] = _laid_out(arg, shape, sizes)
             pointers.append(array.ctypes.data_as(ctypes.c_void_p))
         self._run(self.state, *pointers)
-        return {a["onnx_name"]: outputs[a["onnx_name"]].reshape(at_sizes(a["onnx_shape"], sizes))
+        return {a["onnx_name"]: np.ascontiguousarray(outputs[a["onnx_name"]]).reshape(
+                    at_sizes(a["onnx_shape"], sizes))
                 for a in self.spec["arguments"] if a["role"] == "output"}
 
     def close(self):
@@ -175,6 +177,22 @@ class Program:
         sizes = {**self.spec.get("symbols", {}), **(sizes or {})}
         return seeded_inputs([(s["onnx_name"], at_sizes(s["onnx_shape"], sizes), s["dtype"])
                               for s in specs], seed)
+
+
+def _laid_out(arg, shape, sizes):
+    """(the buffer passed for ``arg``, a view of it at ``shape``): a strided argument (a
+    KV cache with room to grow) lives in a buffer of its ``total_size`` elements."""
+    if "strides" not in arg:
+        array = np.zeros(shape, dtype=arg["dtype"])
+        return array, array
+    strides = at_sizes(arg["strides"], sizes)
+    total = at_sizes([arg["total_size"]], sizes)[0]
+    if 1 + sum((n - 1) * s for n, s in zip(shape, strides)) > total and min(shape) > 0:
+        raise ValueError(f"'{arg['onnx_name']}' at shape {shape} does not fit the {total} "
+                         f"elements the program holds for it (its cache's capacity)")
+    array = np.zeros(total, dtype=arg["dtype"])
+    item = array.itemsize
+    return array, np.lib.stride_tricks.as_strided(array, shape, [s * item for s in strides])
 
 
 def at_sizes(shape, sizes: dict) -> tuple:
