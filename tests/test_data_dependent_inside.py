@@ -101,6 +101,23 @@ def test_nonzero_feeding_gathernd_and_reductions_at_several_counts():
     assert len(set(counts)) >= 3, counts
 
 
+def test_a_count_of_0_empties_its_outputs_and_refuses_the_others_by_name():
+    """At a count of 0 the nodes after it do not run (their kernels take sizes of at
+    least 1): outputs sized by the count come back empty, as onnxruntime's; an output of
+    another size computed after it (a sum) is refused naming the node, never guessed."""
+    model = _nonzero_model()
+    ws = workbench.open(model)
+    x = np.full((5, 7), -1, "f4")
+    with pytest.raises(UnsupportedCaseError, match=r"'where' \(NonZero\).*count is 0.*"
+                       r"output 'total'"):
+        ws.run({"x": x})
+    only_sized = _model(list(model.graph.node)[:4] + [node("Mul", ["vals", "vals"], ["sq"])],
+                        [("x", F, [5, 7])], [("sq", F, ["k"]), ("nz", I64, [2, "k"])],
+                        [("thr", np.array(0.5, np.float32))])
+    counts = _check_runs(only_sized, [{"x": x}, {"x": -x}], lambda out: out["nz"].shape[1])
+    assert counts == [0, 35], counts
+
+
 def _unique_model():
     nodes = [node("Unique", ["x"], ["y", "first", "inv", "cnt"], name="distinct"),
              node("Mul", ["y", "y"], ["y2"]),
@@ -158,7 +175,8 @@ def test_count_sized_arrays_are_allocated_after_the_count_is_assigned():
     """DaCe allocates a transient where its state runs when only that state uses it: the
     arrays sized by the count come after ``count = ...[0]`` in the generated code."""
     imported = import_model(_nonzero_model())
-    (symbol, array), = imported.counts.items()
+    (symbol, count), = imported.counts.items()
+    array = count.array
     assert symbol not in imported.sdfg.free_symbols
     code = imported.sdfg.generate_code()[0].clean_code
     assigned = code.index(f"{symbol} = {array}[0];")

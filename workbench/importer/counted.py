@@ -17,10 +17,16 @@ program then runs in two states:
 4. A graph output sized by ``n`` is written into an array of its size at the bound
    (the caller allocates that); the caller keeps the leading ``n``-sized corner
    (``ImportedModel.counts`` names the count arrays; ``Session.run`` reads them).
+5. The kernels take sizes of at least 1 (``ops/symbolic_sizes.surely``), and some
+   read a first element: at a count of 0 the second state does not run. Outputs
+   sized by the count are then empty, which is right; any other output it computes
+   (``Count.after``) is refused at run time, naming the node (``Session.run``).
 
 A data-dependent node whose input size is itself counted (one count feeding
 another) is refused by name, as are Compress and TopK (``data_dependent.py``).
 """
+from dataclasses import dataclass
+
 import dace
 import sympy
 
@@ -29,6 +35,16 @@ from workbench.importer.data_dependent import BOUNDED, DOMAIN, OUTPUTS, _bounds
 from workbench.importer.symbolic import PROBES
 
 SIZE_SUFFIX = "__size"   # the dummy input that stands in for a count while probing
+
+
+@dataclass(frozen=True)
+class Count:
+    """A size the run-time data decide, as the program holds it (``ImportedModel.counts``,
+    by symbol)."""
+    array: str      # the SDFG array the kernel writes the count to
+    node: str       # the data-dependent node (its ONNX name) and its op type
+    op_type: str
+    after: tuple    # ONNX outputs computed once the counts are known: not at a count of 0
 
 
 def counted_nodes(model, types) -> list:
@@ -44,7 +60,7 @@ def _is_counted(node, types) -> bool:
 def insert_counts(model, types):
     """``model`` with each counted node replaced by its bounded kernel and a Slice per
     counted output, ended by a dummy input of the count's size. Returns (model,
-    {symbol: (count tensor, bound, dummy input)})."""
+    {symbol: (count tensor, bound, dummy input, node name, op type)})."""
     from onnx import TensorProto, helper, numpy_helper
     from workbench.importer.pieces import copy_model
     from workbench.importer.to_sdfg import c_identifier
@@ -112,7 +128,7 @@ def insert_counts(model, types):
         nodes += [new, helper.make_node("Shape", [dummy], [ends], name=fresh(f"{symbol}_shape")),
                   *slices]
         graph.output.append(helper.make_tensor_value_info(count, TensorProto.INT64, [1]))
-        counts[symbol] = (count, bound, dummy)
+        counts[symbol] = (count, bound, dummy, label, node.op_type)
     del graph.node[:]
     graph.node.extend(nodes)
     kept = {o for n in nodes for o in n.output}
@@ -135,19 +151,26 @@ def split_program(imported, counts: dict) -> None:
     the counts are known, and outputs sized by a count are written into their bound."""
     from workbench.importer.symbolic import internal_name
     sdfg = imported.sdfg
-    syms = {internal_name(s): (c, b) for s, (c, b, _) in counts.items()}
-    dummies = {d for _, _, d in counts.values()}
+    syms = {internal_name(s): v[:2] for s, v in counts.items()}
+    dummies = {v[2] for v in counts.values()}
     for info in [i for i in imported.inputs if i.onnx_name in dummies]:
         imported.inputs.remove(info)
         _remove_array(sdfg, info.sdfg_name)
     names = {i.onnx_name: i.sdfg_name for i in imported.outputs}
-    imported.counts = {s: names[c] for s, (c, _) in syms.items()}
-    count_arrays = set(imported.counts.values())
-    imported.outputs = [o for o in imported.outputs if o.sdfg_name not in count_arrays]
+    arrays = {internal_name(s): names[v[0]] for s, v in counts.items()}
+    imported.outputs = [o for o in imported.outputs if o.sdfg_name not in arrays.values()]
     first = sdfg.states()[0]
-    later = sdfg.add_state_after(first, "counted", assignments={
-        s: f"{a}[0]" for s, a in imported.counts.items()})
+    # rule 5: the nodes after the counts run only when every count is at least 1
+    some = " and ".join(f"({a}[0] >= 1)" for a in arrays.values())
+    later = sdfg.add_state_after(first, "counted", condition=some, assignments={
+        s: f"{a}[0]" for s, a in arrays.items()})
+    sdfg.add_edge(first, sdfg.add_state("a_count_is_0"),
+                  dace.InterstateEdge(condition=f"not ({some})"))
     _move_counted(sdfg, first, later, set(syms))
+    after = tuple(i.onnx_name for i in imported.outputs if any(
+        n.data == i.sdfg_name and later.in_degree(n) for n in later.data_nodes()))
+    imported.counts = {internal_name(s): Count(arrays[internal_name(s)], v[3], v[4], after)
+                       for s, v in counts.items()}
     from workbench.analysis.sizes import COUNT_BOUNDS
     COUNT_BOUNDS.update({s: b for s, (_, b) in syms.items()})
     bounds = {sympy.Symbol(s): b for s, (_, b) in syms.items()}

@@ -117,6 +117,7 @@ class SessionRuns:
             value = results[info.onnx_name]
             if counts:
                 shape = evaluate(info.shape, sizes)
+                _check_not_skipped(counts, sizes, info.onnx_name, shape)
                 value = value[tuple(slice(0, d) for d in shape)] if shape else value
                 out[info.onnx_name] = np.ascontiguousarray(value).reshape(shape)
             else:
@@ -127,7 +128,7 @@ class SessionRuns:
     def output_names(self) -> list:
         """SDFG names of the arrays a call writes for the caller: outputs and counts."""
         counts = getattr(self.model, "counts", None) or {}
-        return [o.sdfg_name for o in self.outputs] + list(counts.values())
+        return [o.sdfg_name for o in self.outputs] + [c.array for c in counts.values()]
 
     def _shape(self, info, sizes: dict) -> tuple:
         """``info``'s shape at ``sizes`` (the symbols' values)."""
@@ -184,8 +185,8 @@ class SessionRuns:
             args[info.sdfg_name], results[info.onnx_name] = laid_out(
                 build.sdfg.arrays[info.sdfg_name], self._stored(build, info.sdfg_name, sizes),
                 sizes, info.dtype, info.onnx_name)
-        for symbol, name in (getattr(self.model, "counts", None) or {}).items():
-            args[name] = results[("count", symbol)] = np.zeros(1, np.int64)
+        for symbol, count in (getattr(self.model, "counts", None) or {}).items():
+            args[count.array] = results[("count", symbol)] = np.zeros(1, np.int64)
         # a symbolic program takes its sizes by the symbols' names
         args.update({internal_name(k): v for k, v in sizes.items()})
         return args, results
@@ -330,6 +331,18 @@ def _row_major(shape) -> tuple:
         out.append(step)
         step *= n
     return tuple(out[::-1])
+
+
+def _check_not_skipped(counts: dict, sizes: dict, name: str, shape: tuple) -> None:
+    """At a count of 0 the nodes after the counts do not run (``importer/counted.py``,
+    rule 5): an output they compute is refused unless it is empty."""
+    zero = [c for s, c in counts.items() if sizes[s] == 0]
+    if zero and name in zero[0].after and int(np.prod(shape)) != 0:
+        from workbench.errors import UnsupportedCaseError
+        raise UnsupportedCaseError(
+            zero[0].node, zero[0].op_type,
+            f"its count is 0 on these inputs, and the nodes after it do not run at a count "
+            f"of 0 yet: output '{name}' (shape {shape}) is computed there")
 
 
 def _written(folder) -> bool:
