@@ -5,6 +5,8 @@ Every model here is imported with a named dim kept as a symbol
 onnxruntime (which takes the model with the dim left symbolic) at several sizes.
 What cannot be one program for every size is refused by name.
 """
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -157,14 +159,17 @@ def test_verify_sizes_from_the_command_line(tmp_path):
 # where each transformation marked ``symbolic`` is checked: the first of these programs it
 # matches (ChooseImplementation: once per implementation it offers on each)
 _PROGRAMS = [("mlp", "batch", {}), ("zoo:resnet", "batch", {}),
-             ("zoo:bert", "batch", {"sequence": 16}), ("zoo:t5_encoder", "sequence", {"batch": 1})]
+             ("zoo:bert", "batch", {"sequence": 16}), ("zoo:t5_encoder", "sequence", {"batch": 1}),
+             # a decode step whose past length is symbolic: its KV caches (CacheInPlace)
+             (str(Path(__file__).parent / "exports" / "llama_decode.onnx"), "past", {})]
 
 
 # what a transformation needs applied before it matches
 _BEFORE = {"ChannelsLast": [{"transformation": "ConvEpilogueFusion", "all": True},
                             {"transformation": "OnOneDNN", "all": True}],
            "RowEpilogueFusion": [{"transformation": "GemmEpilogueFusion", "all": True}],
-           "RMSNormFusion": [{"transformation": "RemoveIdentity", "all": True}]}
+           "RMSNormFusion": [{"transformation": "RemoveIdentity", "all": True}],
+           "CacheInPlace": [{"transformation": "ReshapeAsView", "all": True}]}
 
 
 def _open(program, tmp_path, before=None):

@@ -177,9 +177,8 @@ class SessionRuns:
         args = dict(self.model.weights if weights is None else weights)
         arrays, sizes = self._input_arrays(inputs)
         for name, value in arrays.items():   # as ``build`` stores them
-            args[name], view = laid_out(build.sdfg.arrays[name], self._stored(build, name, sizes),
-                                        sizes, value.dtype, name)
-            view[...] = value.reshape(view.shape)
+            args[name], _ = laid_out(build.sdfg.arrays[name], self._stored(build, name, sizes),
+                                     sizes, value.dtype, name, value)
         results = {}
         for info in self.outputs:
             args[info.sdfg_name], results[info.onnx_name] = laid_out(
@@ -304,14 +303,15 @@ class SessionRuns:
                 for i in self.inputs}
 
 
-def laid_out(desc, shape: tuple, sizes: dict, dtype, name: str):
-    """(the buffer a program takes for ``desc`` at ``shape``, a view of it at ``shape``):
-    one array when ``desc`` is row-major, else a flat buffer of ``desc.total_size``
+def laid_out(desc, shape: tuple, sizes: dict, dtype, name: str, value=None):
+    """(the buffer a program takes for ``desc`` at ``shape``, a view of it at ``shape``),
+    holding ``value`` (else zeros): ``value`` itself, reshaped, when ``desc`` is row-major
+    (a carried value stays the worker's memory), else a flat buffer of ``desc.total_size``
     elements seen through ``desc``'s strides (a cache with room to grow,
     ``transforms/global_/cache_in_place.py``)."""
     strides = evaluate(desc.strides, sizes) if sizes else tuple(int(s) for s in desc.strides)
     if all(n == 1 or s == r for n, s, r in zip(shape, strides, _row_major(shape))):
-        buffer = np.zeros(shape, dtype=dtype)
+        buffer = np.zeros(shape, dtype=dtype) if value is None else value.reshape(shape)
         return buffer, buffer
     total = int(evaluate((desc.total_size,), sizes)[0] if sizes else desc.total_size)
     span = 1 + sum((n - 1) * s for n, s in zip(shape, strides))
@@ -322,6 +322,8 @@ def laid_out(desc, shape: tuple, sizes: dict, dtype, name: str):
     buffer = np.zeros(total, dtype=dtype)
     item = np.dtype(dtype).itemsize
     view = np.lib.stride_tricks.as_strided(buffer, shape, tuple(s * item for s in strides))
+    if value is not None:
+        view[...] = value.reshape(shape)
     return buffer, view
 
 
