@@ -198,6 +198,11 @@ FULL = {
     "densenet": _image(lambda: DenseNet(32, (6, 12, 24, 16), 64, 4, 1000), 224),
     "t5_encoder": _t5(128),                            # T5-small's encoder
     "llama": _llama(128),                              # d 512, 4 layers, 8 heads, 2 KV heads
+    # its decode step and prefill (the same weights), rotary tables of 512 positions
+    "llama_decode": _llama_decode(512, vocab=32000, dim=512, heads=8, kv_heads=2, ff=1376,
+                                  layers=4),
+    "llama_prefill": _llama_prefill(512, vocab=32000, dim=512, heads=8, kv_heads=2, ff=1376,
+                                    layers=4),
 }
 
 

@@ -34,6 +34,9 @@ def register(sub):
                    "cache is copied every step (to compare)")
     p.add_argument("--verify", action="store_true", help="run the same loop in onnxruntime; "
                    "exit 1 unless every token and every step's logits agree")
+    p.add_argument("--bench", type=int, default=0, metavar="ROUNDS",
+                   help="time the loop against onnxruntime's, interleaved, ROUNDS times "
+                        "(the median decode step of each; their ratio's median and range)")
     p.add_argument("--rtol", type=float, default=1e-4)
     p.add_argument("--atol", type=float, default=1e-4)
     p.add_argument("--json", action="store_true",
@@ -95,9 +98,33 @@ def run(args, progress) -> int:
               + (f"; first differing token at step {report['first_token_mismatch']}"
                  if report["first_token_mismatch"] is not None else "") + ")")
         code = 0 if report["match"] else 1
+    if args.bench > 0:
+        result["bench"] = _bench(decoder, prefill, plan, prompt, args, progress)
     if args.json:
         emit_json(result)
     return code
+
+
+def _bench(decoder, prefill, plan, prompt, args, progress) -> dict:
+    """Median decode-step milliseconds, ours and onnxruntime's, in interleaved rounds."""
+    import numpy as np
+    from workbench.runtime.threads import DEFAULT_THREADS, set_threads
+    set_threads(DEFAULT_THREADS)
+    ours, theirs = [], []
+    for round_ in range(args.bench):
+        with progress.phase(f"round {round_ + 1} of {args.bench}"):
+            ours.append(float(np.median(gen.generate(decoder, prompt, args.tokens,
+                                                     prefill).step_ms)))
+            theirs.append(float(np.median(gen.reference(
+                decoder.model.reference_model, prefill.model.reference_model, prompt,
+                args.tokens, plan, DEFAULT_THREADS).step_ms)))
+    ratios = sorted(a / b for a, b in zip(ours, theirs))
+    print(f"decode step, median per round: ours {', '.join(f'{v:.3f}' for v in ours)} ms; "
+          f"onnxruntime {', '.join(f'{v:.3f}' for v in theirs)} ms; ratio median "
+          f"{ratios[len(ratios) // 2]:.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f}), "
+          f"{DEFAULT_THREADS} threads")
+    return {"ours_ms": ours, "onnxruntime_ms": theirs, "ratio_median": ratios[len(ratios) // 2],
+            "ratio_range": [ratios[0], ratios[-1]], "threads": DEFAULT_THREADS}
 
 
 def _dim_names(path, fixed=()) -> list:

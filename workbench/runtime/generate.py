@@ -14,6 +14,7 @@ token. Rules:
 3. ``reference`` runs the same loop in onnxruntime on the original models: every token
    and every step's logits row are compared (``compare``).
 """
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -171,7 +172,6 @@ def _loop_in_worker(decoder, plan, prompt, tokens, first, cache) -> Generation:
 
 
 def _loop_by_runs(decoder, plan, prompt, tokens, first, cache) -> Generation:
-    import time
     token, rows, out, samples = first[0], [first[1]], [first[0]], []
     past = len(prompt)
     for _ in range(tokens - 1):
@@ -203,15 +203,18 @@ def reference(decoder_model, prefill_model, prompt, tokens: int, plan: DecodePla
     token, rows, got = int(row.argmax()), [row.copy()], []
     got.append(token)
     past = len(prompt)
+    samples = []
     for _ in range(tokens - 1):
+        t = time.perf_counter()
         res = dict(zip(step_names, step.run(None, _feeds(plan, token, past, cache))))
+        samples.append((time.perf_counter() - t) * 1e3)
         row = res[plan.logits].reshape(-1, res[plan.logits].shape[-1])[-1]
         rows.append(row.copy())
         token = int(row.argmax())
         got.append(token)
         cache = {p: res[q] for p, q in plan.caches.items()}
         past += 1
-    return Generation(prompt, got, np.stack(rows))
+    return Generation(prompt, got, np.stack(rows), step_ms=samples)
 
 
 def compare(ours: Generation, theirs: Generation, rtol: float = 1e-4,
