@@ -18,8 +18,12 @@ from workbench.importer.control_flow_states import (build_batched_scan, build_if
 def build_body(body, name: str, scope):
     """(sdfg, input array per formal input, per passed outer name, output arrays,
     weights) of the body, built by the importer that ``scope`` comes from."""
-    sdfg, ins, outs, weights = scope.build(body.model, body.types, name, scope.prefer_blas,
-                                           body.known, fold=body.fold)
+    from workbench.importer.counted_body import build_counted_body, has_counts
+    if has_counts(body):   # sizes decided per iteration (importer/counted_body.py)
+        sdfg, ins, outs, weights = build_counted_body(body, name, scope)
+    else:
+        sdfg, ins, outs, weights = scope.build(body.model, body.types, name, scope.prefer_blas,
+                                               body.known, fold=body.fold)
     by_name = {i.onnx_name: i.sdfg_name for i in ins}
     formal = [by_name[vi.name] for vi in body.graph.input]
     passed = [by_name[n] for n in body.passed]

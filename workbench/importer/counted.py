@@ -31,7 +31,7 @@ import dace
 import sympy
 
 from workbench.errors import UnsupportedCaseError
-from workbench.importer.data_dependent import BOUNDED, DOMAIN, OUTPUTS, _bounds
+from workbench.importer.data_dependent import BOUNDED, DOMAIN, OUTPUTS, _bounds, slice_axis
 from workbench.importer.symbolic import PROBES
 
 SIZE_SUFFIX = "__size"   # the dummy input that stands in for a count while probing
@@ -83,6 +83,11 @@ def insert_counts(model, types):
             continue
         label = node.name or f"{node.op_type}_{i}"
         bounds = _bounds(node, types, inits)
+        why = slice_axis(node, types, inits) if node.op_type == "Slice" else None
+        if isinstance(why, str):
+            raise UnsupportedCaseError(
+                label, node.op_type, f"its output's size is known only at run time and "
+                f"{why}: only a Slice of one axis with step 1 runs at a run-time count")
         if not bounds:
             raise UnsupportedCaseError(
                 label, node.op_type,

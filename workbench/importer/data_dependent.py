@@ -25,7 +25,7 @@ DATA_DEPENDENT = {
 }
 
 
-OUTPUTS = {"NonZero": 1, "NonMaxSuppression": 1, "Unique": 4}
+OUTPUTS = {"NonZero": 1, "NonMaxSuppression": 1, "Unique": 4, "Slice": 1}
 BOUND_HINT = {op: ", or with an upper bound and a run-time count (importer/counted.py), "
                   "which a program of symbolic sizes or a control flow body does not take yet"
               for op in ("NonZero", "NonMaxSuppression", "Unique")}
@@ -54,7 +54,7 @@ def unknown_shape_error(model, missing: list) -> Exception:
 # Op types run with an upper bound and a run-time count where their size is not known at
 # import, and the internal op type that does (ops/data_dependent.py).
 BOUNDED = {"NonZero": "NonZeroBounded", "NonMaxSuppression": "NonMaxSuppressionBounded",
-           "Unique": "UniqueBounded"}
+           "Unique": "UniqueBounded", "Slice": "SliceBounded"}
 DOMAIN = "workbench"
 
 
@@ -106,6 +106,9 @@ def _bounds(node, types, inits) -> dict:
     along; None: not trimmed), in output order; {} when an input shape is not static."""
     import math
     shapes = [types.get(i, (0, None))[1] if i else None for i in node.input]
+    if node.op_type == "Slice":
+        axis = slice_axis(node, types, inits)
+        return {} if isinstance(axis, str) else {node.output[0]: (tuple(shapes[0]), axis)}
     if node.op_type == "NonZero":
         x = shapes[0]
         return {node.output[0]: ((len(x), math.prod(x)), 1)} if x else {}
@@ -128,6 +131,25 @@ def _bounds(node, types, inits) -> dict:
     if len(node.input) > 2 and node.input[2] in inits:   # max_output_boxes_per_class
         per_class = min(per_class, max(int(inits[node.input[2]].ravel()[0]), 0))
     return {node.output[0]: ((scores[0] * scores[1] * per_class, 3), 0)}
+
+
+def slice_axis(node, types, inits):
+    """The axis a Slice of run-time starts and ends cuts, or why it is not counted: one
+    axis, known at import, step 1 (the count is then clamp(end) - clamp(start))."""
+    x = types.get(node.input[0], (0, None))[1]
+    if x is None:
+        return "its input's size is itself known only at run time"
+    bounds = [types.get(i, (0, None))[1] for i in node.input[1:3]]
+    if any(b is None or tuple(b) != (1,) for b in bounds):
+        return "its starts and ends, known only at run time, cut more than one axis"
+    axes = node.input[3] if len(node.input) > 3 else ""
+    steps = node.input[4] if len(node.input) > 4 else ""
+    if axes and axes not in inits:
+        return "its axes are known only at run time"
+    if steps and (steps not in inits or int(inits[steps].ravel()[0]) != 1):
+        return "its step is not 1 (or known only at run time); only step 1 is counted"
+    axis = int(inits[axes].ravel()[0]) if axes else 0
+    return axis + len(x) if axis < 0 else axis
 
 
 def helper_value(attribute):

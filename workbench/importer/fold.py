@@ -213,11 +213,32 @@ NUMPY_KERNELS = {"GatherElements": _gather_elements, "DequantizeLinear": dequant
                  "Unique": unique_numpy}
 
 
+def _mean_of_nothing(node, feeds, opsets):
+    """ReduceMean over no elements: 0, as onnxruntime and PyTorch have it (the spec leaves
+    it undefined; onnx.reference gives NaN). An empty EmbeddingBag of mode mean folds so
+    (importer/counted_body.py). None where some element is reduced."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    x = feeds.get(node.input[0])
+    axes = feeds.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+    axes = attrs.get("axes") if axes is None else axes
+    if x is None or (axes is not None and len(np.ravel(axes)) == 0
+                     and attrs.get("noop_with_empty_axes", 0)):
+        return None
+    axes = range(x.ndim) if axes is None or not len(np.ravel(axes)) else np.ravel(axes)
+    axes = tuple(int(a) % x.ndim for a in axes)
+    if any(x.shape[a] for a in axes) and x.size:
+        return None
+    keep = bool(attrs.get("keepdims", 1))
+    return lambda _a, *_: [np.zeros_like(np.sum(x, axis=axes, keepdims=keep))]
+
+
 def evaluate_node(node: onnx.NodeProto, feeds: dict, opsets: dict) -> list:
     """The one single-node evaluator: outputs (its named ones, in order) of ``node`` on
     ``feeds`` (input name -> array) at ``opsets`` (domain -> version), with a numpy kernel
     where onnx.reference is wrong, else onnx.reference. Raises what they raise."""
     kernel = NUMPY_KERNELS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    if node.op_type == "ReduceMean" and kernel is None:
+        kernel = _mean_of_nothing(node, feeds, opsets)
     if kernel is not None:
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         return kernel(attrs, *(feeds[n] if n else None for n in node.input))

@@ -1,4 +1,5 @@
-"""Ops whose output size depends on the data: Unique, NonMaxSuppression, NonZero.
+"""Ops whose output size depends on the data: Unique, NonMaxSuppression, NonZero, and a
+Slice of run-time starts and ends.
 
 Each runs as one C++ tasklet over whole arrays. The output arrays hold as
 many rows as the import found: the exact count when the inputs are known
@@ -247,3 +248,38 @@ def unique_numpy(attrs: dict, x) -> list:
         first, counts, inverse = first[order], counts[order], rank[inverse]
     y = np.take(data, first, axis=axis)
     return [y] + [np.asarray(v, dtype=np.int64) for v in (first, inverse, counts)]
+
+
+@implements("SliceBounded", internal=True)
+def slice_bounded(call):
+    """Slice of starts and ends known only at run time, along one axis with step 1
+    (importer/counted.py checks that): the rows ``clamp(start)..clamp(end)`` of the input
+    into the leading rows of an output as long as the bound, and how many (output 1).
+    Negative indices count from the end and both are clamped to the axis, as the ONNX spec
+    has it; the rows past the count are zeros."""
+    x, y, count = call.input(0), call.output(0), call.output(1)
+    starts, ends = call.input(1), call.input(2)
+    shape, out = tuple(call.shape(x)), tuple(call.shape(y))
+    axis = _slice_axis(call, len(shape))
+    outer, d, inner = size_of(shape[:axis]), shape[axis], size_of(shape[axis + 1:])
+    rows = out[axis] if len(out) == len(shape) else 0
+    _check_shapes(call, {y: shape[:axis] + (max(rows, d),) + shape[axis + 1:], count: (1,)})
+    code = f"""
+const long long D = {d}, ROWS = {rows}, OUTER = {outer}, INNER = {inner};
+auto clamp = [&](long long v) {{ if (v < 0) v += D; return v < 0 ? 0 : (v > D ? D : v); }};
+long long s = clamp((long long)__{starts}[0]), e = clamp((long long)__{ends}[0]);
+long long n = e > s ? e - s : 0;
+for (long long o = 0; o < OUTER; ++o)
+    for (long long r = 0; r < ROWS; ++r)
+        for (long long i = 0; i < INNER; ++i)
+            __{y}[(o * ROWS + r) * INNER + i] = r < n ? __{x}[(o * D + s + r) * INNER + i] : 0;
+__{count}[0] = n;
+"""
+    return _kernel(call, "slice_bounded", code)
+
+
+def _slice_axis(call, rank: int) -> int:
+    if call.input(3) is None:
+        return 0
+    axis = int(call.require_const(3, "axes").ravel()[0])
+    return axis + rank if axis < 0 else axis

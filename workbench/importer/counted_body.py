@@ -1,0 +1,128 @@
+"""Run-time counts inside a control flow body: EmbeddingBag's per-bag Slice in a Loop.
+
+A Loop body may cut a tensor at starts and ends it computes per iteration
+(``Slice(indices, offsets[i], offsets[i + 1])``) and reduce the piece to a fixed
+size. The body is then imported as a program with a count (``importer/counted.py``):
+its first state runs the ``*Bounded`` kernel into the bound (the input's size along the
+axis), the interstate edge assigns the count symbol, and the second state runs at the
+count. Because the body is a nested SDFG that the loop runs once per iteration, the
+count is assigned per iteration, before the states that use it. Rules:
+
+1. The count arrays are transients of the body: nothing outside reads them.
+2. A body output sized by the count cannot be: the loop's outputs have one shape; the
+   plan (``control_flow.LoopPlan``) already refuses outputs of no static shape.
+3. At a count of 0 the second state does not run (kernels take sizes of at least 1).
+   The body's outputs computed there must still be right: a third state computes them
+   with the body imported at a count of 0, where the counted piece is an empty
+   constant and what reads it folds (ReduceSum of nothing is 0, ReduceMax the lowest
+   value, as onnxruntime has them). A body whose import at 0 does not fold to
+   constants is refused at import, naming the counted node.
+"""
+import dace
+
+from workbench.errors import ShapeError, UnsupportedCaseError
+from workbench.importer.counted import SIZE_SUFFIX, counted_nodes
+from workbench.progress import SILENT
+
+
+def has_counts(body) -> bool:
+    return bool(counted_nodes(body.model, body.types))
+
+
+def build_counted_body(body, name: str, scope):
+    """(sdfg, inputs, outputs, weights) of ``body`` as ``scope.build`` gives them, with its
+    run-time counts assigned inside it."""
+    from workbench.importer import _import_counted
+    out = _import_counted(body.model, body.model, body.model, name, scope.prefer_blas,
+                          body.fold, SILENT, None, {})
+    for count in out.counts.values():   # rule 1
+        out.sdfg.arrays[count.array].transient = True
+    _at_zero(out, body, name, scope)
+    return out.sdfg, out.inputs, out.outputs, out.weights
+
+
+def _at_zero(out, body, name, scope) -> None:
+    """Rule 3: the state taken at a count of 0 runs the body imported at 0."""
+    from workbench.importer import import_model
+    from workbench.importer.counted import insert_counts
+    cut, counts = insert_counts(body.model, body.types)
+    node = next(iter(counts.values()))[3]
+    try:
+        zero = import_model(_zero_model(cut, counts), name=f"{name}_at_0",
+                            prefer_blas=scope.prefer_blas, fold=body.fold, counting=False)
+    except (ShapeError, UnsupportedCaseError) as e:
+        raise _refuse(node, f"its import at a count of 0 fails: {e}") from e
+    for state in zero.sdfg.states():
+        for access in state.data_nodes():
+            if 0 in tuple(zero.sdfg.arrays[access.data].shape) and state.degree(access):
+                raise _refuse(node, f"at a count of 0, '{access.data}' is empty and is "
+                                    f"still computed at run time (kernels need a size)")
+    sdfg = out.sdfg
+    state = next(s for s in sdfg.states() if s.label == "a_count_is_0")
+    arrays = {i.onnx_name: i.sdfg_name for i in out.inputs + out.outputs}
+    inputs, outputs = {}, {}
+    for info in zero.inputs:
+        if info.onnx_name not in arrays:
+            raise _refuse(node, f"its import at a count of 0 reads '{info.onnx_name}'")
+        inputs[info.sdfg_name] = arrays[info.onnx_name]
+    for info in zero.outputs:
+        outputs[info.sdfg_name] = arrays[info.onnx_name]
+    for conn, value in zero.weights.items():
+        desc = zero.sdfg.arrays[conn]
+        arr = sdfg.add_array(f"{conn}_at_0", desc.shape, desc.dtype, find_new_name=True)[0]
+        out.weights[arr] = value
+        inputs[conn] = arr
+    nested = state.add_nested_sdfg(zero.sdfg, sdfg, set(inputs), set(outputs))
+    for conn, arr in inputs.items():
+        state.add_edge(state.add_read(arr), None, nested, conn,
+                       dace.Memlet.from_array(arr, sdfg.arrays[arr]))
+    for conn, arr in outputs.items():
+        state.add_edge(nested, conn, state.add_write(arr), None,
+                       dace.Memlet.from_array(arr, sdfg.arrays[arr]))
+
+
+def _refuse(node, why) -> UnsupportedCaseError:
+    return UnsupportedCaseError(node, "Slice", f"its output's size is a count known at run "
+                                f"time, per iteration of the body: {why}")
+
+
+def _zero_model(cut, counts):
+    """``insert_counts``' model at a count of 0: each counted output an empty constant,
+    the bounded kernels, their counts and the stand-ins gone (folding takes the rest)."""
+    from onnx import helper, numpy_helper
+    from workbench.importer.pieces import copy_model
+    from workbench.importer.shapes import tensor_types
+    import numpy as np
+    model = copy_model(cut)
+    graph = model.graph
+    types = tensor_types(model)
+    dummies = {v[2] for v in counts.values()}
+    count_outs = {v[0] for v in counts.values()}
+    ends = {n.output[0] for n in graph.node if n.op_type == "Shape" and n.input[0] in dummies}
+    keep, empties = [], []
+    for n in graph.node:
+        if n.op_type == "Slice" and len(n.input) > 2 and n.input[2] in ends:
+            elem, shape = types[n.input[0]]
+            axis = int(numpy_helper.to_array(next(
+                t for t in graph.initializer if t.name == n.input[3])).ravel()[0])
+            shape = tuple(0 if a == axis else d for a, d in enumerate(shape))
+            dtype = helper.tensor_dtype_to_np_dtype(elem)
+            empties.append(numpy_helper.from_array(np.zeros(shape, dtype), n.output[0]))
+        elif not (n.op_type == "Shape" and n.input[0] in dummies) and not (
+                set(n.output) & count_outs):
+            keep.append(n)
+    # graph outputs are never folded: an Identity writes each, so what computes it folds
+    outs = {o.name for o in graph.output} - count_outs
+    for n in list(keep):
+        for k, o in enumerate(n.output):
+            if o in outs:
+                n.output[k] = f"{o}__at_0"
+                keep.append(helper.make_node("Identity", [n.output[k]], [o]))
+    del graph.node[:]
+    graph.node.extend(keep)
+    graph.initializer.extend(empties)
+    for field, drop in ((graph.input, dummies), (graph.output, count_outs)):
+        kept = [v for v in field if v.name not in drop]
+        del field[:]
+        field.extend(kept)
+    return model
