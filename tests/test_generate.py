@@ -77,6 +77,18 @@ def test_64_tokens_equal_onnxruntime_from_one_build_with_the_cache_in_place(mode
     assert len(set(ours.tokens)) > 1   # a loop that repeats one token would prove little
 
 
+def test_the_prompt_read_token_by_token_gives_the_prefill_s_tokens(models):
+    """From an empty cache (past length 0, which only a grown-in-place cache runs: the
+    empty past is never read), one prompt token per step, then the greedy tokens."""
+    decoder, prefill, _ = models
+    plan = gen.decode_plan(decoder.inputs, decoder.outputs, decoder.model.symbols)
+    ours = gen.generate(decoder, PROMPT, 12)
+    assert len(ours.tokens) == 12 and len(ours.step_ms) == 12
+    theirs = gen.reference(decoder.model.reference_model, None, PROMPT, 12, plan)
+    assert gen.compare(ours, theirs)["match"]
+    assert ours.tokens == gen.generate(decoder, PROMPT, 12, prefill=prefill).tokens
+
+
 def test_without_the_cache_in_place_the_loop_copies_and_agrees(models):
     decoder, prefill, _ = models
     copying = workbench.open(DECODE, symbolic=["past"], input_shapes={"past": 3})
@@ -122,7 +134,7 @@ def test_a_cache_read_by_a_copying_reshape_is_refused_and_the_loop_copies():
 @pytest.mark.parametrize("extra, message", [
     (["--prompt-ids", "5,x"], "whole numbers"),
     (["--prompt-ids", "5", "--tokens", "0"], "positive"),
-    (["--prompt-ids", "5"], "--prefill"),
+    (["--prompt-ids", "5", "--copy-cache"], "CacheInPlace"),   # token by token needs it
 ])
 def test_generate_refuses_bad_input_with_exit_2(extra, message):
     proc = subprocess.run([sys.executable, "app.py", "--quiet", "generate", str(DECODE), *extra],

@@ -21,7 +21,7 @@ def register(sub):
                                  "cache out)")
     p.add_argument("--prefill", metavar="MODEL", help="the full-sequence .onnx that reads the "
                    "prompt and returns the logits and the cache, its outputs named as the "
-                   "decode step's")
+                   "decode step's (default: the prompt read token by token)")
     p.add_argument("--prompt-ids", required=True, metavar="1,2,3", help="the prompt's token ids")
     p.add_argument("--tokens", type=int, default=16, metavar="N", help="tokens to generate (16)")
     p.add_argument("--symbolic", action="append", default=[], metavar="NAME",
@@ -53,8 +53,6 @@ def run(args, progress) -> int:
     except ValueError:
         raise BadInputError(f"--prompt-ids takes whole numbers separated by commas, not "
                             f"{args.prompt_ids!r}.") from None
-    if not args.prefill:
-        gen.generate(None, prompt, args.tokens)   # says why a prefill model is needed
     shapes = parse_shapes(args.shape)
     with trusting(args.trust):
         decoder = workbench.open(args.model, progress=progress,
@@ -63,13 +61,14 @@ def run(args, progress) -> int:
                                                            args.symbolic}})
         prefill = workbench.open(args.prefill, progress=progress,
                                  symbolic=_dim_names(args.prefill, shapes),
-                                 input_shapes=shapes)
+                                 input_shapes=shapes) if args.prefill else None
     plan = gen.decode_plan(decoder.inputs, decoder.outputs, decoder.model.symbols)
     decoder.set_sizes({plan.symbol: len(prompt)})
-    if prefill.model.symbols:   # its recipe measures at the prompt's length
-        prefill.set_sizes({n: len(prompt) for n in prefill.model.symbols})
+    if prefill is not None and prefill.model.symbols:   # its recipe measures at the prompt's
+        prefill.set_sizes({n: len(prompt) for n in prefill.model.symbols})   # length
     apply_recipe(decoder, args, progress)
-    apply_recipe(prefill, args, progress)
+    if prefill is not None:
+        apply_recipe(prefill, args, progress)
     last = len(prompt) + args.tokens - 1
     before = _bytes_per_token(decoder, plan, (len(prompt), last))
     if not args.copy_cache:
@@ -89,7 +88,7 @@ def run(args, progress) -> int:
     code = 0
     if args.verify:
         with progress.phase("the same loop in onnxruntime"):
-            theirs = gen.reference(decoder.model.reference_model, prefill.model.reference_model,
+            theirs = gen.reference(decoder.model.reference_model, _reference(prefill),
                                    prompt, args.tokens, plan)
         report = gen.compare(ours, theirs, args.rtol, args.atol)
         result["verify"] = report
@@ -116,7 +115,7 @@ def _bench(decoder, prefill, plan, prompt, args, progress) -> dict:
             ours.append(float(np.median(gen.generate(decoder, prompt, args.tokens,
                                                      prefill).step_ms)))
             theirs.append(float(np.median(gen.reference(
-                decoder.model.reference_model, prefill.model.reference_model, prompt,
+                decoder.model.reference_model, _reference(prefill), prompt,
                 args.tokens, plan, DEFAULT_THREADS).step_ms)))
     ratios = sorted(a / b for a, b in zip(ours, theirs))
     print(f"decode step, median per round: ours {', '.join(f'{v:.3f}' for v in ours)} ms; "
@@ -125,6 +124,10 @@ def _bench(decoder, prefill, plan, prompt, args, progress) -> dict:
           f"{DEFAULT_THREADS} threads")
     return {"ours_ms": ours, "onnxruntime_ms": theirs, "ratio_median": ratios[len(ratios) // 2],
             "ratio_range": [ratios[0], ratios[-1]], "threads": DEFAULT_THREADS}
+
+
+def _reference(prefill):
+    return prefill.model.reference_model if prefill is not None else None
 
 
 def _dim_names(path, fixed=()) -> list:

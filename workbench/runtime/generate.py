@@ -98,12 +98,9 @@ def generate(decoder, prompt, tokens: int, prefill=None) -> Generation:
     decode-step model, its past length symbolic) and ``prefill`` (a Session over the
     full-sequence model, or None)."""
     prompt = check_prompt(prompt, tokens)
-    if prefill is None:
-        raise BadInputError(
-            "reading the prompt token by token starts from an empty cache (past length 0), "
-            "and a symbolic program runs sizes >= 1: give the full-sequence model that "
-            "returns the prompt's cache (--prefill MODEL).")
     plan = decode_plan(decoder.inputs, decoder.outputs, decoder.model.symbols)
+    if prefill is None:
+        return _token_by_token(decoder, plan, prompt, tokens)
     first, cache = _prefill(prefill, prompt, plan)
     if _in_place(decoder, plan):
         out = _loop_in_worker(decoder, plan, prompt, tokens, first, cache)
@@ -143,6 +140,55 @@ def _in_place(decoder, plan) -> bool:
     return all(pairs.get(p) == q for p, q in plan.caches.items())
 
 
+def _token_by_token(decoder, plan, prompt, tokens) -> Generation:
+    """The prompt read one token at a time from an empty cache, then ``tokens`` more: only
+    where every cache grows in place (the empty past is then never read) and no other
+    array of the program is empty at past length 0 (its kernels take sizes >= 1)."""
+    if not _in_place(decoder, plan):
+        raise BadInputError(
+            "reading the prompt token by token starts from an empty cache (past length 0); "
+            "only a program whose caches grow in place (CacheInPlace) runs it. Apply "
+            "CacheInPlace, or give the full-sequence model that returns the prompt's cache "
+            "(--prefill MODEL).")
+    empty = _empty_at_zero(decoder, plan)
+    if empty:
+        raise BadInputError(f"at past length 0 the program's array '{empty}' is empty, and "
+                            f"its kernels take sizes >= 1: give the full-sequence model "
+                            f"(--prefill MODEL).")
+    shapes = {i.onnx_name: i.shape for i in decoder.inputs}
+    from workbench.importer.symbolic import evaluate
+    cache = {p: np.zeros(evaluate(shapes[p], {plan.symbol: 1}),
+                         next(i.dtype for i in decoder.inputs if i.onnx_name == p))
+             for p in plan.caches}   # buffers sized at past 1; the loop starts at 0
+    # one call per prompt token (the last one predicts the first new token), then one per
+    # further token; the calls' inputs are the prompt, then the argmaxes
+    got = _loop_in_worker(decoder, plan, prompt, len(prompt) + tokens, (prompt[0], None),
+                          cache, past=0, forced=prompt[1:])
+    skip = len(prompt)   # the prompt itself, and what the model said while reading it
+    return Generation(prompt, got.tokens[skip:], got.logits[skip:], True,
+                      got.step_ms[skip - 1:])
+
+
+def _empty_at_zero(decoder, plan) -> str:
+    """An array of the program, other than a grown-in-place cache's past, that holds no
+    element at past length 0 ("" if none)."""
+    from dace import symbolic
+    from workbench.ops.cache_append import OP_TYPE
+    skip = set()
+    for node, state in decoder.sdfg.all_nodes_recursive():
+        if getattr(node, "op_type", None) == OP_TYPE:
+            skip |= {e.data.data for e in state.in_edges(node) if e.dst_conn == "cache_in"}
+    name = internal_name(plan.symbol)
+    for sdfg in decoder.sdfg.all_sdfgs_recursive():
+        for array, desc in sdfg.arrays.items():
+            size = desc.total_size
+            if array in skip or not symbolic.issymbolic(size):
+                continue
+            if int(symbolic.evaluate(size, {name: 0})) < 1:
+                return array
+    return ""
+
+
 def _feeds(plan, token: int, past: int, cache: dict) -> dict:
     feeds = {plan.token: np.array([[token]], np.int64), **cache}
     if plan.position:
@@ -150,12 +196,13 @@ def _feeds(plan, token: int, past: int, cache: dict) -> dict:
     return feeds
 
 
-def _loop_in_worker(decoder, plan, prompt, tokens, first, cache) -> Generation:
+def _loop_in_worker(decoder, plan, prompt, tokens, first, cache, past=None,
+                    forced=()) -> Generation:
     from workbench.runtime import isolated
     build = decoder.build()
-    past = len(prompt)
+    past = len(prompt) if past is None else past
     with decoder.lock:
-        args, _ = decoder.call_args(build, _feeds(plan, first[0], past, cache))
+        args, _ = decoder.call_args(build, _feeds(plan, first[0], max(past, 1), cache))
     sdfg = {i.onnx_name: i.sdfg_name for i in (*decoder.inputs, *decoder.outputs)}
     logits = next(o for o in decoder.outputs if o.onnx_name == plan.logits)
     symbol = internal_name(plan.symbol)
@@ -165,8 +212,10 @@ def _loop_in_worker(decoder, plan, prompt, tokens, first, cache) -> Generation:
         token=sdfg[plan.token], position=sdfg.get(plan.position), logits=sdfg[plan.logits],
         vocab=int(logits.shape[-1]), first=first[0], past=past, steps=tokens - 1,
         symbols=[symbol] if symbol in build.compiled._sig else [],
-        reinit=init_sized(build.sdfg))
+        reinit=init_sized(build.sdfg), forced=forced)
     rows = [first[1]] + (list(reply["logits"]) if reply["logits"] is not None else [])
+    if first[1] is None:   # the first token was fed, not predicted
+        rows[0] = np.full_like(rows[1], np.nan)
     return Generation(prompt, [first[0]] + reply["tokens"], np.stack(rows), True,
                       reply["samples_ms"])
 
@@ -192,14 +241,22 @@ def reference(decoder_model, prefill_model, prompt, tokens: int, plan: DecodePla
     """The same greedy loop in onnxruntime on the original models."""
     from workbench.runtime.reference import ort_session
     prompt = check_prompt(prompt, tokens)
-    pre = ort_session(prefill_model, threads)
-    names = [o.name for o in pre.get_outputs()]
-    out = dict(zip(names, pre.run(None, {pre.get_inputs()[0].name: np.array([prompt],
-                                                                             np.int64)})))
-    row = out[plan.logits].reshape(-1, out[plan.logits].shape[-1])[-1]
-    cache = {p: out[q] for p, q in plan.caches.items()}
     step = ort_session(decoder_model, threads)
     step_names = [o.name for o in step.get_outputs()]
+    if prefill_model is None:   # the prompt token by token from an empty cache
+        shapes = {i.name: i.shape for i in step.get_inputs()}
+        cache = {p: np.zeros([0 if isinstance(d, str) else d for d in shapes[p]], np.float32)
+                 for p in plan.caches}
+        for past, token in enumerate(prompt):
+            out = dict(zip(step_names, step.run(None, _feeds(plan, token, past, cache))))
+            cache = {p: out[q] for p, q in plan.caches.items()}
+    else:
+        pre = ort_session(prefill_model, threads)
+        names = [o.name for o in pre.get_outputs()]
+        out = dict(zip(names, pre.run(None, {pre.get_inputs()[0].name: np.array([prompt],
+                                                                                 np.int64)})))
+        cache = {p: out[q] for p, q in plan.caches.items()}
+    row = out[plan.logits].reshape(-1, out[plan.logits].shape[-1])[-1]
     token, rows, got = int(row.argmax()), [row.copy()], []
     got.append(token)
     past = len(prompt)

@@ -139,6 +139,8 @@ class _Program:
             rows.append(last.copy())
             token = int(last.argmax())
             tokens.append(token)
+            if len(tokens) <= len(msg.get("forced", ())):   # still reading the prompt
+                token = msg["forced"][len(tokens) - 1]
             past += len(token_ids)
         return {"ok": True, "tokens": tokens, "logits": np.stack(rows) if rows else None,
                 "samples_ms": samples}
