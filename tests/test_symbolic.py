@@ -230,7 +230,9 @@ def test_auto_on_a_symbolic_program_keeps_one_build_right_at_every_size(program,
 @pytest.mark.parametrize("model,recipe,sizes", [
     ("zoo:bert", "default", (5, 16, 30, 64)),
     ("zoo:bert", "auto", (5, 16, 30, 64)),
-    ("zoo:gpt2", "auto", (5, 16, 30)),   # its position table holds 32
+    ("zoo:gpt2", "default", (5, 8, 16, 30)),
+    ("zoo:gpt2", "auto", (5, 8, 16, 30)),   # its position table holds 32
+    ("zoo:t5_encoder", "default", (5, 16, 30, 64)),
     ("zoo:t5_encoder", "auto", (5, 16, 30, 64)),   # relative positions from Range(sequence)
 ])
 def test_a_symbolic_sequence_serves_every_length_from_one_build(model, recipe, sizes):
