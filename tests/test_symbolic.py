@@ -251,6 +251,20 @@ def test_a_symbolic_sequence_serves_every_length_from_one_build(model, recipe, s
     assert len(builds) == 1
 
 
+@pytest.mark.parametrize("recipe", ["default", "auto"])
+def test_vit_at_a_fixed_image_size_serves_every_batch_from_one_build(recipe):
+    """The image size (and so the sequence of patches) stays static; the batch is the
+    symbol."""
+    ws = workbench.open("zoo:vit", symbolic=["batch"])
+    ws.optimize(recipe)
+    builds = set()
+    for size in (1, 2, 3, 5):
+        report = ws.verify(sizes={"batch": size})
+        assert report.match, (size, report)
+        builds.add(report.timings["build_s"])
+    assert len(builds) == 1
+
+
 def test_a_size_that_is_not_a_linear_form_is_refused_naming_the_tensor(tmp_path):
     """A stride-2 convolution over a symbolic length gives (frames - 1) // 2 + 1 frames."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, "frames"])
