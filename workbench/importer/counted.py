@@ -117,7 +117,7 @@ def insert_counts(model, types):
             bounded = fresh(f"{o}__bound")
             outs.append(bounded)
             elem = types.get(o, (None, None))[0] or TensorProto.INT64
-            if node.op_type == "Unique" and o == node.output[0]:
+            if node.op_type in ("Unique", "Slice") and o == node.output[0]:
                 elem = types[node.input[0]][0]
             graph.value_info.append(helper.make_tensor_value_info(bounded, elem, shape))
             declared.add(bounded)

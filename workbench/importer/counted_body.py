@@ -15,12 +15,14 @@ count is assigned per iteration, before the states that use it. Rules:
    The body's outputs computed there must still be right: a third state computes them
    with the body imported at a count of 0, where the counted piece is an empty
    constant and what reads it folds (ReduceSum of nothing is 0, ReduceMax the lowest
-   value, as onnxruntime has them). A body whose import at 0 does not fold to
-   constants is refused at import, naming the counted node.
+   value, as onnxruntime has them). A body whose import at 0 fails (a carried value
+   that would change shape: the node suite's loop11) or does not fold to constants is
+   refused at import, naming the counted node: a run-time refusal would have to come
+   out of the body, which nothing carries yet.
 """
 import dace
 
-from workbench.errors import ShapeError, UnsupportedCaseError
+from workbench.errors import BadInputError, UnsupportedCaseError
 from workbench.importer.counted import SIZE_SUFFIX, counted_nodes
 from workbench.progress import SILENT
 
@@ -50,8 +52,9 @@ def _at_zero(out, body, name, scope) -> None:
     try:
         zero = import_model(_zero_model(cut, counts), name=f"{name}_at_0",
                             prefer_blas=scope.prefer_blas, fold=body.fold, counting=False)
-    except (ShapeError, UnsupportedCaseError) as e:
-        raise _refuse(node, f"its import at a count of 0 fails: {e}") from e
+    except BadInputError as e:   # e.g. a carried value that would change shape at 0
+        raise _refuse(node, f"at a count of 0 the body does not import ({e}); a refusal at "
+                            f"run time from inside a body is not supported yet") from e
     for state in zero.sdfg.states():
         for access in state.data_nodes():
             if 0 in tuple(zero.sdfg.arrays[access.data].shape) and state.degree(access):
@@ -113,13 +116,15 @@ def _zero_model(cut, counts):
             keep.append(n)
     # graph outputs are never folded: an Identity writes each, so what computes it folds
     outs = {o.name for o in graph.output} - count_outs
-    for n in list(keep):
+    nodes = []
+    for n in keep:
+        nodes.append(n)
         for k, o in enumerate(n.output):
             if o in outs:
                 n.output[k] = f"{o}__at_0"
-                keep.append(helper.make_node("Identity", [n.output[k]], [o]))
+                nodes.append(helper.make_node("Identity", [n.output[k]], [o]))
     del graph.node[:]
-    graph.node.extend(keep)
+    graph.node.extend(nodes)
     graph.initializer.extend(empties)
     for field, drop in ((graph.input, dummies), (graph.output, count_outs)):
         kept = [v for v in field if v.name not in drop]

@@ -27,7 +27,7 @@ DATA_DEPENDENT = {
 
 OUTPUTS = {"NonZero": 1, "NonMaxSuppression": 1, "Unique": 4, "Slice": 1}
 BOUND_HINT = {op: ", or with an upper bound and a run-time count (importer/counted.py), "
-                  "which a program of symbolic sizes or a control flow body does not take yet"
+                  "which a program of symbolic sizes does not take yet"
               for op in ("NonZero", "NonMaxSuppression", "Unique")}
 
 
