@@ -370,8 +370,7 @@ def apply_match(t: Transformation, sdfg: dace.SDFG, match: Match, weights: dict 
     for check in _CHECKS:
         broken = check(sdfg)
         if broken and original is not None:
-            # an SDFG is callable too (it compiles and runs): only a builder is called
-            original = original if isinstance(original, dace.SDFG) else original()
+            original = original if isinstance(original, dace.SDFG) else original()  # builder
             before = set(check(original))
             broken = [line for line in broken if line not in before]
         if broken:

@@ -71,8 +71,8 @@ def decode(build, args: dict, shared: dict, constant=(), timeout: float = None,
     one buffer (``args[input]`` is passed for both; the program must let them alias, as
     CacheInPlace's do). ``loop``: token, position (SDFG names), logits, vocab, first, past,
     steps, symbols (their names), reinit, forced (the tokens fed after the first ones,
-    whatever the logits say: a prompt read token by token). Returns the worker's reply: tokens, logits,
-    samples_ms."""
+    whatever the logits say: a prompt read token by token). Returns the worker's reply:
+    tokens, logits, samples_ms."""
     return _WORKER.decode(build, args, dict(shared), set(constant),
                           DEFAULT_TIMEOUT_S if timeout is None else timeout, cancel, step, loop)
 
