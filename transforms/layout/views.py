@@ -12,19 +12,8 @@ from dace.sdfg import nodes
 
 from transforms.graph import access_nodes, readers_elsewhere
 from workbench.ops.node import OnnxOp
-
-
-def row_major(shape) -> tuple:
-    out, step = [], 1
-    for n in reversed(shape):
-        out.append(step)
-        step *= n
-    return tuple(out[::-1])
-
-
-def is_row_major(desc) -> bool:
-    """Contiguous C order (a size-1 dimension's stride does not matter)."""
-    return all(n == 1 or s == r for n, s, r in zip(desc.shape, desc.strides, row_major(desc.shape)))
+from workbench.ops.registry import is_row_major
+from workbench.ops.registry import row_major_strides as row_major
 
 
 def plain_array(sdfg, access) -> bool:

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench.analysis.memory import init_sized
+from workbench.ops.registry import is_row_major
 from workbench.errors import BadInputError, BuildError, CheckFailed
 from workbench.session.folder import atomic_write
 from workbench.runtime.reference import run_reference
@@ -123,7 +124,7 @@ def _program_spec(ws, build, library_name) -> dict:
                      "dtype": np.dtype(desc.dtype.as_numpy_dtype()).name,
                      "onnx_name": info.onnx_name if info else name,
                      "onnx_shape": shape_json(info.shape) if info else None})
-        if not _row_major(desc):   # a cache with room to grow (CacheInPlace)
+        if not is_row_major(desc):   # a cache with room to grow (CacheInPlace)
             args[-1].update(strides=shape_json(desc.strides),
                             total_size=shape_json([desc.total_size])[0])
     from workbench.runtime.verify import (DEFAULT_ATOL, DEFAULT_RTOL, HALF_ATOL, HALF_RTOL,
@@ -141,15 +142,6 @@ def _program_spec(ws, build, library_name) -> dict:
             "half_rtol": max(DEFAULT_RTOL, HALF_RTOL), "half_atol": max(DEFAULT_ATOL, HALF_ATOL),
             "steps": {name: step * STEP_SLACK for name, step
                       in quantization_steps(ws.model.reference_model).items()}}
-
-
-def _row_major(desc) -> bool:
-    step = 1
-    for n, stride in zip(reversed(desc.shape), reversed(desc.strides)):
-        if n != 1 and stride != step:
-            return False
-        step *= n
-    return True
 
 
 def _check(folder: Path) -> dict:

@@ -208,20 +208,25 @@ def _keep_strides(sdfg, call) -> None:
     which then indexes the real layout; one it reshapes cannot."""
     for conn, outer in {**call.inputs, **call.outputs}.items():
         inner = sdfg.arrays.get(conn)
-        if inner is None or inner.transient or _row_major(outer):
+        if inner is None or inner.transient or is_row_major(outer):
             continue
         if tuple(inner.shape) != tuple(outer.shape):
             raise call.fail(f"'{conn}' is a strided view, which this implementation reshapes")
         inner.strides, inner.total_size = outer.strides, outer.total_size
 
 
-def _row_major(desc) -> bool:
-    step = 1
-    for n, s in zip(reversed(desc.shape), reversed(desc.strides)):
-        if n != 1 and s != step:
-            return False
+def is_row_major(desc) -> bool:
+    """``desc`` laid out in C order (a size-1 dimension's stride does not matter)."""
+    return all(n == 1 or s == r for n, s, r in zip(desc.shape, desc.strides,
+                                                  row_major_strides(desc.shape)))
+
+
+def row_major_strides(shape) -> tuple:
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
         step *= n
-    return True
+    return tuple(out[::-1])
 
 
 OWNER_SEPARATOR = "__"
@@ -285,7 +290,7 @@ def connector_sdfg(call: OpCall, name: str, shapes: dict = None):
     for conn, desc in {**call.inputs, **call.outputs}.items():
         # Inside, the array is seen row-major. A strided View keeps its strides inside
         # (_keep_strides); an Array laid out otherwise (ChannelsLast) would be misread.
-        if type(desc) is dace.data.Array and not _row_major(desc):
+        if type(desc) is dace.data.Array and not is_row_major(desc):
             raise call.fail(f"'{conn}' is stored with strides {tuple(desc.strides)} (channels-"
                             "last); this implementation reads row-major data only: run the "
                             "operator on oneDNN (OnOneDNN) or undo ChannelsLast")

@@ -13,6 +13,7 @@ import numpy as np
 from workbench.analysis.sizes import at_sizes
 from workbench.errors import BadInputError, ShapeError
 from workbench.importer.symbolic import evaluate, internal_name, sizes_of, user_name
+from workbench.ops.registry import row_major_strides
 from workbench.runtime.reference import random_inputs, run_reference
 from workbench.runtime.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_all, quantization_steps
 
@@ -310,7 +311,7 @@ def laid_out(desc, shape: tuple, sizes: dict, dtype, name: str, value=None):
     elements seen through ``desc``'s strides (a cache with room to grow,
     ``transforms/global_/cache_in_place.py``)."""
     strides = evaluate(desc.strides, sizes) if sizes else tuple(int(s) for s in desc.strides)
-    if all(n == 1 or s == r for n, s, r in zip(shape, strides, _row_major(shape))):
+    if all(n == 1 or s == r for n, s, r in zip(shape, strides, row_major_strides(shape))):
         buffer = np.zeros(shape, dtype=dtype) if value is None else value.reshape(shape)
         return buffer, buffer
     total = int(evaluate((desc.total_size,), sizes)[0] if sizes else desc.total_size)
@@ -325,14 +326,6 @@ def laid_out(desc, shape: tuple, sizes: dict, dtype, name: str, value=None):
     if value is not None:
         view[...] = value.reshape(shape)
     return buffer, view
-
-
-def _row_major(shape) -> tuple:
-    out, step = [], 1
-    for n in reversed(shape):
-        out.append(step)
-        step *= n
-    return tuple(out[::-1])
 
 
 def _check_not_skipped(counts: dict, sizes: dict, name: str, shape: tuple) -> None:
