@@ -15,7 +15,7 @@ import workbench
 from workbench.errors import UnsupportedCaseError
 
 pytest.importorskip("torch")
-from exports.recommender_models import export_dlrm  # noqa: E402
+from exports.recommender_models import export_dlrm, export_weighted_bag  # noqa: E402
 
 # (offsets of table 0 over 10 indices, of table 1 over 7): bags of every size, empty first,
 # in the middle and last, and one bag holding everything
@@ -83,6 +83,23 @@ def test_embedding_bag_max_matches_onnxruntime_including_empty_bags():
         for name in bags:
             np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
         assert (np.isneginf(got[bags[0]][:, 0]) == (np.diff(off0 + [10]) == 0)).all()
+
+
+def test_per_sample_weights_slice_with_the_same_count():
+    """The indices and the weights are cut at the same offsets: one count for both, so
+    their pieces multiply (two counts would not broadcast)."""
+    model = onnx.load_from_string(export_weighted_bag())
+    ws = workbench.open(model)
+    reference = ort.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(2)
+    for off in ([0, 3, 5, 9], [0, 0, 10, 10], [0, 1, 1, 2]):
+        feeds = {"idx": rng.integers(0, 100, 10), "off": np.array(off, np.int64),
+                 "w": rng.random(10).astype(np.float32)}
+        np.testing.assert_allclose(ws.run(feeds)["y"], reference.run(None, feeds)[0],
+                                   rtol=1e-5, atol=1e-6)
+    counts = {k for sdfg in ws.sdfg.all_sdfgs_recursive() for e in sdfg.edges()
+              for k in e.data.assignments if k.endswith("_count")}
+    assert len(counts) == 1
 
 
 def _sliding(step=None, starts_known=False):

@@ -39,3 +39,24 @@ def export_dlrm(mode="sum", seed=0) -> bytes:
     torch.onnx.export(model, example_inputs(), buffer, dynamo=False, opset_version=17,
                       input_names=NAMES, output_names=["p"])
     return buffer.getvalue()
+
+
+class WeightedBag(nn.Module):
+    """One EmbeddingBag of mode sum with a weight per index (``per_sample_weights``): the
+    exported body slices the indices and the weights at the same offsets."""
+
+    def __init__(self, rows=100, dim=8):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(rows, dim, mode="sum")
+
+    def forward(self, idx, off, weights):
+        return self.bag(idx, off, per_sample_weights=weights)
+
+
+def export_weighted_bag(seed=0) -> bytes:
+    torch.manual_seed(seed)
+    buffer = io.BytesIO()
+    args = (torch.randint(0, 100, (10,)), torch.tensor([0, 3, 5, 9]), torch.rand(10))
+    torch.onnx.export(WeightedBag().eval(), args, buffer, dynamo=False, opset_version=17,
+                      input_names=["idx", "off", "w"], output_names=["y"])
+    return buffer.getvalue()

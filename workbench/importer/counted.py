@@ -68,7 +68,7 @@ def insert_counts(model, types):
     graph = out.graph
     inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     taken = set(types) | {n.name for n in graph.node} | {t.name for t in graph.initializer}
-    symbols, counts, nodes, declared = set(), {}, [], set()
+    symbols, counts, nodes, declared, shared = set(), {}, [], set(), {}
 
     def fresh(base):
         name = base
@@ -94,12 +94,21 @@ def insert_counts(model, types):
                 "its input's size is known only at run time (it depends on data too, "
                 "or on another node whose output size does): no bound is known at import "
                 "for its output, and one count deciding another is not supported")
-        symbol = c_identifier(f"{label}_count", symbols | taken)   # no tensor's name
-        symbols.add(symbol)
-        taken.add(symbol)
-        count, ends = fresh(f"{node.output[0]}__count"), fresh(f"{symbol}__ends")
-        dummy = fresh(symbol + SIZE_SUFFIX)
-        graph.input.append(helper.make_tensor_value_info(dummy, TensorProto.FLOAT, [symbol]))
+        # Slices of the same bounds over the same length count alike (EmbeddingBag's
+        # indices and per-sample weights): one symbol, so their pieces broadcast together
+        key = _same_count(node, types, why)
+        count = fresh(f"{node.output[0]}__count")
+        if key in shared:
+            symbol, ends = shared[key]
+        else:
+            symbol = c_identifier(f"{label}_count", symbols | taken)   # no tensor's name
+            symbols.add(symbol)
+            taken.add(symbol)
+            ends, dummy = fresh(f"{symbol}__ends"), fresh(symbol + SIZE_SUFFIX)
+            graph.input.append(helper.make_tensor_value_info(dummy, TensorProto.FLOAT,
+                                                             [symbol]))
+            if key is not None:
+                shared[key] = (symbol, ends)
         slices, outs, bound = [], [], None
         for o in list(node.output) + [""] * (OUTPUTS[node.op_type] - len(node.output)):
             shape, axis = bounds.get(o, (None, None)) if o else (None, None)
@@ -130,10 +139,15 @@ def insert_counts(model, types):
         new = helper.make_node(BOUNDED[node.op_type], list(node.input), outs + [count],
                                name=label, domain=DOMAIN)
         new.attribute.extend(node.attribute)
-        nodes += [new, helper.make_node("Shape", [dummy], [ends], name=fresh(f"{symbol}_shape")),
-                  *slices]
-        graph.output.append(helper.make_tensor_value_info(count, TensorProto.INT64, [1]))
-        counts[symbol] = (count, bound, dummy, label, node.op_type)
+        nodes.append(new)
+        if symbol not in counts:
+            nodes.append(helper.make_node("Shape", [dummy], [ends],
+                                          name=fresh(f"{symbol}_shape")))
+            graph.output.append(helper.make_tensor_value_info(count, TensorProto.INT64, [1]))
+            counts[symbol] = (count, bound, dummy, label, node.op_type)
+        else:   # the count is the shared one's
+            del new.output[-1]
+        nodes += slices
     del graph.node[:]
     graph.node.extend(nodes)
     kept = {o for n in nodes for o in n.output}
@@ -143,6 +157,14 @@ def insert_counts(model, types):
     if not any(o.domain == DOMAIN for o in out.opset_import):
         out.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     return out, counts
+
+
+def _same_count(node, types, axis):
+    """What decides a counted Slice's count (its starts, ends, axis and length), or None
+    for other nodes."""
+    if node.op_type != "Slice":
+        return None
+    return (tuple(node.input[1:3]), axis, types[node.input[0]][1][axis])
 
 
 def _i64(values):

@@ -263,7 +263,9 @@ def slice_bounded(call):
     axis = _slice_axis(call, len(shape))
     outer, d, inner = size_of(shape[:axis]), shape[axis], size_of(shape[axis + 1:])
     rows = out[axis] if len(out) == len(shape) else 0
-    _check_shapes(call, {y: shape[:axis] + (max(rows, d),) + shape[axis + 1:], count: (1,)})
+    # without a count output where another Slice of the same bounds counts (importer/counted)
+    _check_shapes(call, {y: shape[:axis] + (max(rows, d),) + shape[axis + 1:], count: (1,)}
+                  if count else {y: shape[:axis] + (max(rows, d),) + shape[axis + 1:]})
     code = f"""
 const long long D = {d}, ROWS = {rows}, OUTER = {outer}, INNER = {inner};
 auto clamp = [&](long long v) {{ if (v < 0) v += D; return v < 0 ? 0 : (v > D ? D : v); }};
@@ -273,7 +275,7 @@ for (long long o = 0; o < OUTER; ++o)
     for (long long r = 0; r < ROWS; ++r)
         for (long long i = 0; i < INNER; ++i)
             __{y}[(o * ROWS + r) * INNER + i] = r < n ? __{x}[(o * D + s + r) * INNER + i] : 0;
-__{count}[0] = n;
+{f"__{count}[0] = n;" if count else ""}
 """
     return _kernel(call, "slice_bounded", code)
 
