@@ -142,6 +142,45 @@ def test_a_sliding_window_in_a_loop_body_runs():
                                    rtol=1e-5)
 
 
+def test_run_time_bounds_are_clamped_and_negative_ones_count_from_the_end():
+    """Per iteration, x[:, starts[i]:ends[i]] summed along axis 1 (a scan output), x of
+    3 x 6: negative bounds, bounds past either end, start after end (empty), INT64_MAX."""
+    pairs = [(1, 4), (-2, 6), (-9, 2), (4, 2), (5, 100), (0, 2 ** 63 - 1), (6, 7), (-1, -3)]
+    body = helper.make_graph([
+        helper.make_node("Gather", ["starts", "i"], ["s0"]),
+        helper.make_node("Gather", ["ends", "i"], ["e0"]),
+        helper.make_node("Unsqueeze", ["s0", "zero"], ["s"]),
+        helper.make_node("Unsqueeze", ["e0", "zero"], ["e"]),
+        helper.make_node("Slice", ["x", "s", "e", "one"], ["piece"], name="cut"),
+        helper.make_node("ReduceSum", ["piece", "one"], ["row"], keepdims=0),
+        helper.make_node("Identity", ["c_in"], ["c_out"]),
+    ], "cuts", [helper.make_tensor_value_info("i", T.INT64, []),
+                helper.make_tensor_value_info("c_in", T.BOOL, [])],
+        [helper.make_tensor_value_info("c_out", T.BOOL, []),
+         helper.make_tensor_value_info("row", T.FLOAT, [3])])
+    loop = helper.make_node("Loop", ["M", ""], ["rows"], name="cuts_loop", body=body)
+    inits = [("M", np.array(len(pairs), np.int64)), ("zero", np.array([0], np.int64)),
+             ("one", np.array([1], np.int64))]
+    graph = helper.make_graph(
+        [loop], "g", [helper.make_tensor_value_info("x", T.FLOAT, [3, 6]),
+                      helper.make_tensor_value_info("starts", T.INT64, [len(pairs)]),
+                      helper.make_tensor_value_info("ends", T.INT64, [len(pairs)])],
+        [helper.make_tensor_value_info("rows", T.FLOAT, [len(pairs), 3])],
+        [numpy_helper.from_array(v, k) for k, v in inits])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=8)
+    ws = workbench.open(model)
+    reference = ort.InferenceSession(model.SerializeToString())
+    x = np.arange(18, dtype=np.float32).reshape(3, 6) ** 1.5
+    for order in (pairs, pairs[::-1]):
+        feeds = {"x": x, "starts": np.array([a for a, _ in order], np.int64),
+                 "ends": np.array([b for _, b in order], np.int64)}
+        got, want = ws.run(feeds)["rows"], reference.run(None, feeds)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+        assert (want[[k for k, (a, b) in enumerate(order) if (a, b) in ((4, 2), (6, 7), (-1, -3))]]
+                == 0).all()
+
+
 def test_a_run_time_slice_of_step_2_is_refused_naming_the_node():
     with pytest.raises(UnsupportedCaseError, match="window.*step is not 1"):
         workbench.open(_sliding(step=2))

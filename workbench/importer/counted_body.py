@@ -131,3 +131,11 @@ def _zero_model(cut, counts):
         del field[:]
         field.extend(kept)
     return model
+
+
+def counted_in_bodies(sdfg) -> list:
+    """Labels of the bounded kernels inside nested SDFGs (bodies): their counts are read on
+    the host between the body's states, so such a program runs on the CPU only."""
+    return sorted({n.label for n, parent in sdfg.all_nodes_recursive()
+                   if parent is not None and parent.parent is not sdfg
+                   and getattr(n, "op_type", "").endswith("Bounded")})

@@ -47,9 +47,11 @@ class SessionBuilds:
         if target != "gpu":
             return self.build(target, again=again)
         from workbench.build.cuda import load_cuda, require_cuda_device
-        if getattr(self.model, "counts", None):   # read on the host between two states
+        from workbench.importer.counted_body import counted_in_bodies
+        counted = list(getattr(self.model, "counts", None) or ()) or counted_in_bodies(self.sdfg)
+        if counted:   # read on the host between two states
             from workbench.errors import BadInputError
-            raise BadInputError(f"sizes the data decide ({', '.join(self.model.counts)}) run on "
+            raise BadInputError(f"sizes the data decide ({', '.join(counted)}) run on "
                                 f"the CPU only for now (importer/counted.py).")
         require_cuda_device()  # before spending a build on it
         build = self.build("gpu")
