@@ -29,9 +29,9 @@ def _feeds(off0, off1, rng):
             "idx1": rng.integers(0, 100, 7), "off1": np.array(off1, np.int64)}
 
 
-def _check(model: onnx.ModelProto, offsets=OFFSETS):
+def _check(model: onnx.ModelProto, offsets=OFFSETS, ws=None):
     """One session, every offsets, every output against onnxruntime; the session."""
-    ws = workbench.open(model)
+    ws = ws or workbench.open(model)
     reference = ort.InferenceSession(model.SerializeToString())
     names = [o.name for o in model.graph.output]
     rng = np.random.default_rng(0)
@@ -62,6 +62,9 @@ def test_dlrm_sum_matches_onnxruntime_at_every_bag_size_from_one_build():
     assigned = [e.data.assignments for sdfg in ws.sdfg.all_sdfgs_recursive()
                 if sdfg is not ws.sdfg for e in sdfg.edges() if e.data.assignments]
     assert sum(any(k.endswith("_count") for k in a) for a in assigned) == 2
+    # the default recipe (views inside the bodies, epilogues, allocation once) keeps it
+    assert ws.optimize("default")
+    _check(model, ws=ws)
 
 
 def test_dlrm_mean_matches_onnxruntime_including_empty_bags():
