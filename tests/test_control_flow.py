@@ -151,11 +151,11 @@ def test_loop_with_scan_outputs_and_a_computed_condition_is_refused():
         workbench.open(m)
 
 
-def test_a_body_tensor_whose_shape_depends_on_the_iteration_is_refused_naming_the_node():
+def test_a_body_tensor_whose_shape_depends_on_the_iteration_runs_at_a_count():
     """Slice(x, [i], [i + 1]): one element per step, but the shape is known only from the
     values at run time (the node suite's loop11). It runs at a run-time count
-    (tests/test_loop_data_dependent.py) except that at a count of 0 the carried value
-    would change shape: refused at import, naming the Slice."""
+    (importer/counted_body.py); at a count of 0 the carried value would change shape,
+    which is refused at run time (tests/test_loop_data_dependent.py)."""
     body = helper.make_graph([
         const("one", np.array([1], np.int64)),
         helper.make_node("Unsqueeze", ["i", "zero"], ["start"]),
@@ -168,8 +168,8 @@ def test_a_body_tensor_whose_shape_depends_on_the_iteration_is_refused_naming_th
     loop = helper.make_node("Loop", ["M", "", "y0"], ["y"], name="slicer", body=body)
     m = model([loop], [vi("y0", [1]), vi("x", [5])], [vi("y", [1])],
               inits=[("M", np.array(5, np.int64)), ("zero", np.array([0], np.int64))])
-    with pytest.raises(UnsupportedCaseError, match="Slice.*count of 0.*does not import"):
-        workbench.open(m)
+    check(workbench.open(m), m, {"y0": np.array([1], np.float32),
+                                 "x": np.arange(5, dtype=np.float32) * 1.5})
 
 
 # ---------------------------------------------------------------- If, nested control flow

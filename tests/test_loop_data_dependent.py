@@ -184,6 +184,51 @@ def test_run_time_bounds_are_clamped_and_negative_ones_count_from_the_end():
                 == 0).all()
 
 
+def test_a_count_of_0_that_would_change_a_carried_shape_is_refused_at_run_time():
+    """acc += x[starts[i]:ends[i]], acc of 1 element (the loop11 pattern, bounds given):
+    a window of one element runs; an empty one would make acc empty, which a program of
+    fixed shapes cannot give, so that run is refused naming the Slice, and the same
+    session still runs the next inputs."""
+    body = helper.make_graph([
+        helper.make_node("Gather", ["starts", "i"], ["s0"]),
+        helper.make_node("Gather", ["ends", "i"], ["e0"]),
+        helper.make_node("Unsqueeze", ["s0", "zero"], ["s"]),
+        helper.make_node("Unsqueeze", ["e0", "zero"], ["e"]),
+        helper.make_node("Slice", ["x", "s", "e"], ["piece"], name="window"),
+        helper.make_node("Add", ["acc_in", "piece"], ["acc_out"]),
+        helper.make_node("Identity", ["c_in"], ["c_out"]),
+    ], "windows", [helper.make_tensor_value_info("i", T.INT64, []),
+                   helper.make_tensor_value_info("c_in", T.BOOL, []),
+                   helper.make_tensor_value_info("acc_in", T.FLOAT, [1])],
+        [helper.make_tensor_value_info("c_out", T.BOOL, []),
+         helper.make_tensor_value_info("acc_out", T.FLOAT, [1])])
+    loop = helper.make_node("Loop", ["M", "", "acc0"], ["acc"], name="loop", body=body)
+    graph = helper.make_graph(
+        [loop], "g", [helper.make_tensor_value_info("acc0", T.FLOAT, [1]),
+                      helper.make_tensor_value_info("x", T.FLOAT, [5]),
+                      helper.make_tensor_value_info("starts", T.INT64, [3]),
+                      helper.make_tensor_value_info("ends", T.INT64, [3])],
+        [helper.make_tensor_value_info("acc", T.FLOAT, [1])],
+        [numpy_helper.from_array(np.array(3, np.int64), "M"),
+         numpy_helper.from_array(np.array([0], np.int64), "zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=8)
+    ws = workbench.open(model)
+    reference = ort.InferenceSession(model.SerializeToString())
+    x = np.array([1, 2, 4, 8, 16], np.float32)
+
+    def feeds(starts, ends):
+        return {"acc0": np.array([0.5], np.float32), "x": x,
+                "starts": np.array(starts, np.int64), "ends": np.array(ends, np.int64)}
+
+    ok = feeds([0, 4, -2], [1, 5, -1])
+    np.testing.assert_allclose(ws.run(ok)["acc"], reference.run(None, ok)[0])
+    with pytest.raises(UnsupportedCaseError, match="window.*count is 0"):
+        ws.run(feeds([0, 3, 1], [1, 3, 2]))   # the second window is empty
+    ok = feeds([2, 1, 0], [3, 2, 1])
+    np.testing.assert_allclose(ws.run(ok)["acc"], reference.run(None, ok)[0])
+
+
 def test_a_run_time_slice_of_step_2_is_refused_naming_the_node():
     with pytest.raises(UnsupportedCaseError, match="window.*step is not 1"):
         workbench.open(_sliding(step=2))

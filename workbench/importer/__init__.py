@@ -7,6 +7,7 @@ import onnx
 from workbench.importer.contracts import check_contracts
 from workbench.importer.control_flow import settle_control_flow
 from workbench.importer.counted import counted_nodes, insert_counts, split_program
+from workbench.importer.counted_body import not_a_program, register_refusals
 from workbench.importer.data_dependent import bound_data_dependent
 from workbench.importer.fold import fold_constants
 from workbench.importer.half import compute_half_in_float
@@ -59,8 +60,10 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
     ``symbolic``, nor where ``counting`` is false: those are refused by name).
     """
     if symbolic:
-        return _import_symbolic(source, input_shapes, name, prefer_blas, fold, progress,
-                                memory_budget, tuple(symbolic))
+        out = _import_symbolic(source, input_shapes, name, prefer_blas, fold, progress,
+                               memory_budget, tuple(symbolic))
+        register_refusals(out)
+        return out
     if prefer_blas is None:
         from workbench.build.settings import blas_implementation
         prefer_blas = blas_implementation() is not None
@@ -82,15 +85,19 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
     if bounded:
         folded, counted = bound_data_dependent(folded, tensor_types(folded))
     if counting and counted_nodes(folded, tensor_types(folded)):
-        return _import_counted(folded, fixed, model, name, prefer_blas, fold, progress,
-                               memory_budget, counted)
+        out = _import_counted(folded, fixed, model, name, prefer_blas, fold, progress,
+                              memory_budget, counted)
+        register_refusals(out)
+        return out
     with progress.phase("build SDFG"):
         sdfg_name = c_identifier(f"wb_{name}", set())
         sdfg, inputs, outputs, weights = build_sdfg(folded, tensor_types(folded), sdfg_name,
                                                     prefer_blas, known)
     stats = {"nodes_in": len(model.graph.node), "nodes_folded": n_folded,
              "nodes": len(folded.graph.node)}
-    return ImportedModel(name, sdfg, inputs, outputs, weights, fixed, folded, stats, counted)
+    out = ImportedModel(name, sdfg, inputs, outputs, weights, fixed, folded, stats, counted)
+    register_refusals(out)   # counts of 0 inside bodies refused at run time
+    return out
 
 
 def _import_symbolic(source, input_shapes, name, prefer_blas, fold, progress, memory_budget,
@@ -115,11 +122,13 @@ def _import_symbolic(source, input_shapes, name, prefer_blas, fold, progress, me
     unfolded = frozenset()
     for _ in range(symbolic.MAX_ROUNDS):
         imports = []
-        for sizes in probes:
-            with progress.phase(f"import at {', '.join(f'{n}={v}' for n, v in sizes.items())}"):
-                imports.append(import_model(source, {**given, **sizes}, name, prefer_blas, fold,
-                                            memory_budget=memory_budget, unfolded=unfolded,
-                                            counting=False))
+        for sizes in probes:   # the probes are not the program (counted_body rule 4)
+            with not_a_program():
+                with progress.phase(f"import at "
+                                    f"{', '.join(f'{n}={v}' for n, v in sizes.items())}"):
+                    imports.append(import_model(source, {**given, **sizes}, name, prefer_blas,
+                                                fold, memory_budget=memory_budget,
+                                                unfolded=unfolded, counting=False))
         # a folded tensor whose size changes with the symbols is computed by the program
         more = symbolic.sized_constants(imports, source) - unfolded
         if not more:

@@ -11,6 +11,7 @@ import dace
 
 from workbench.errors import ShapeError
 from workbench.importer.control_flow import plan_for
+from workbench.importer.counted_body import pass_refusals
 from workbench.importer.control_flow_states import (build_batched_scan, build_if, build_loop,
                                                     build_scan, copy_array)
 
@@ -184,6 +185,7 @@ class _Inner:
             self.lifted[arr] = value
             inputs[conn] = arr
         nested = state.add_nested_sdfg(bsdfg, self.sdfg, set(inputs), set(outputs))
+        pass_refusals(self.sdfg, state, nested)
         for conn, arr in inputs.items():
             state.add_edge(state.add_read(arr), None, nested, conn,
                            dace.Memlet.from_array(arr, self.sdfg.arrays[arr]))
@@ -206,6 +208,7 @@ class _Inner:
         outs = {inner: onnx_name for onnx_name, inner in self.writes.values()}
         nested = scope.state.add_nested_sdfg(self.sdfg, scope.sdfg, set(ins), set(outs),
                                              name=self.sdfg.name)
+        pass_refusals(scope.sdfg, scope.state, nested)
         for inner, name in ins.items():
             src = scope.node_for(name) if name in self.reads else scope.state.add_read(name)
             scope.state.add_edge(src, None, nested, inner,

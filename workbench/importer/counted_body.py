@@ -17,9 +17,16 @@ count is assigned per iteration, before the states that use it. Rules:
    constant and what reads it folds (ReduceSum of nothing is 0, ReduceMax the lowest
    value, as onnxruntime has them). A body whose import at 0 fails (a carried value
    that would change shape: the node suite's loop11) or does not fold to constants is
-   refused at import, naming the counted node: a run-time refusal would have to come
-   out of the body, which nothing carries yet.
+   refused: at import, naming the counted node, where it does not fold; at run time
+   where it does not import (rule 4).
+4. A run-time refusal leaves the body through a flag (``REFUSED`` + node): an int64
+   array the state at 0 writes 0 to, passed up through every enclosing control flow
+   node (``control_flow_sdfg``) to the program, which writes 1 to it first; the program
+   registers it as a count (``ImportedModel.counts``, ``register_refusals``), so
+   ``Session.run`` refuses the outputs, naming the node, when a run wrote 0.
 """
+import contextlib
+
 import dace
 
 from workbench.errors import BadInputError, UnsupportedCaseError
@@ -35,12 +42,27 @@ def build_counted_body(body, name: str, scope):
     """(sdfg, inputs, outputs, weights) of ``body`` as ``scope.build`` gives them, with its
     run-time counts assigned inside it."""
     from workbench.importer import _import_counted
-    out = _import_counted(body.model, body.model, body.model, name, scope.prefer_blas,
-                          body.fold, SILENT, None, {})
-    for count in out.counts.values():   # rule 1
-        out.sdfg.arrays[count.array].transient = True
-    _at_zero(out, body, name, scope)
+    with not_a_program():
+        out = _import_counted(body.model, body.model, body.model, name, scope.prefer_blas,
+                              body.fold, SILENT, None, {})
+        for count in out.counts.values():   # rule 1
+            out.sdfg.arrays[count.array].transient = True
+        _at_zero(out, body, name, scope)
     return out.sdfg, out.inputs, out.outputs, out.weights
+
+
+_inside = [0]
+
+
+@contextlib.contextmanager
+def not_a_program():
+    """Imports made here (a body's, a probe's) are not the program: they register no
+    refusals (rule 4); the program that holds them does."""
+    _inside[0] += 1
+    try:
+        yield
+    finally:
+        _inside[0] -= 1
 
 
 def _at_zero(out, body, name, scope) -> None:
@@ -52,9 +74,9 @@ def _at_zero(out, body, name, scope) -> None:
     try:
         zero = import_model(_zero_model(cut, counts), name=f"{name}_at_0",
                             prefer_blas=scope.prefer_blas, fold=body.fold, counting=False)
-    except BadInputError as e:   # e.g. a carried value that would change shape at 0
-        raise _refuse(node, f"at a count of 0 the body does not import ({e}); a refusal at "
-                            f"run time from inside a body is not supported yet") from e
+    except BadInputError:   # e.g. a carried value that would change shape at 0: rule 4
+        _refuse_at_run_time(out.sdfg, node)
+        return
     for state in zero.sdfg.states():
         for access in state.data_nodes():
             if 0 in tuple(zero.sdfg.arrays[access.data].shape) and state.degree(access):
@@ -82,6 +104,51 @@ def _at_zero(out, body, name, scope) -> None:
     for conn, arr in outputs.items():
         state.add_edge(nested, conn, state.add_write(arr), None,
                        dace.Memlet.from_array(arr, sdfg.arrays[arr]))
+
+
+REFUSED = "__refused_"   # flag arrays of run-time refusals (rule 4), by node identifier
+_REFUSED_NODES = {}      # flag array -> ONNX node name, for the message
+
+
+def _refuse_at_run_time(sdfg, node) -> None:
+    from workbench.importer.to_sdfg import c_identifier
+    name = REFUSED + c_identifier(node, set())
+    if name not in sdfg.arrays:
+        sdfg.add_array(name, (1,), dace.int64)
+    _REFUSED_NODES[name] = node
+    state = next(s for s in sdfg.states() if s.label == "a_count_is_0")
+    tasklet = state.add_tasklet("refuse", {}, {"flag"}, "flag = 0")
+    state.add_edge(tasklet, "flag", state.add_write(name), None, dace.Memlet(f"{name}[0]"))
+
+
+def register_refusals(imported) -> None:
+    """Rule 4 at the program: each flag a count whose 0 refuses every output, set to 1
+    in a state before everything else."""
+    from workbench.importer.counted import Count
+    flags = [n for n, d in imported.sdfg.arrays.items()
+             if n.startswith(REFUSED) and not d.transient]
+    if not flags or _inside[0]:
+        return
+    sdfg = imported.sdfg
+    start = sdfg.add_state_before(sdfg.start_state, "refusals_cleared")
+    after = tuple(i.onnx_name for i in imported.outputs)
+    for name in flags:
+        tasklet = start.add_tasklet("clear", {}, {"flag"}, "flag = 1")
+        start.add_edge(tasklet, "flag", start.add_write(name), None, dace.Memlet(f"{name}[0]"))
+        imported.counts[name] = Count(name, _REFUSED_NODES.get(name, name), "Slice", after)
+
+
+def pass_refusals(outer_sdfg, state, nested) -> None:
+    """The flags of ``nested`` (a nested SDFG node in ``state`` of ``outer_sdfg``) become
+    arrays of ``outer_sdfg`` of the same name, so that they travel further out."""
+    for name, desc in nested.sdfg.arrays.items():
+        if not name.startswith(REFUSED) or desc.transient:
+            continue
+        if name not in outer_sdfg.arrays:
+            outer_sdfg.add_array(name, (1,), dace.int64)
+        nested.add_out_connector(name)
+        state.add_edge(nested, name, state.add_write(name), None,
+                       dace.Memlet.from_array(name, outer_sdfg.arrays[name]))
 
 
 def _refuse(node, why) -> UnsupportedCaseError:
