@@ -15,10 +15,10 @@ count is assigned per iteration, before the states that use it. Rules:
    The body's outputs computed there must still be right: a third state computes them
    with the body imported at a count of 0, where the counted piece is an empty
    constant and what reads it folds (ReduceSum of nothing is 0, ReduceMax the lowest
-   value, as onnxruntime has them). A body whose import at 0 fails (a carried value
-   that would change shape: the node suite's loop11) or does not fold to constants is
-   refused: at import, naming the counted node, where it does not fold; at run time
-   where it does not import (rule 4).
+   value, as onnxruntime has them; folded even where the body is not). A body whose
+   import at 0 fails (a carried value that would change shape: the node suite's
+   loop11) or still computes on an empty array is refused at run time, on the inputs
+   that give a count of 0 only (rule 4).
 4. A run-time refusal leaves the body through a flag (``REFUSED`` + node): an int64
    array the state at 0 writes 0 to, passed up through every enclosing control flow
    node (``control_flow_sdfg``) to the program, which writes 1 to it first; the program
@@ -29,8 +29,8 @@ import contextlib
 
 import dace
 
-from workbench.errors import BadInputError, UnsupportedCaseError
-from workbench.importer.counted import SIZE_SUFFIX, counted_nodes
+from workbench.errors import BadInputError
+from workbench.importer.counted import counted_nodes
 from workbench.progress import SILENT
 
 
@@ -71,24 +71,24 @@ def _at_zero(out, body, name, scope) -> None:
     from workbench.importer.counted import insert_counts
     cut, counts = insert_counts(body.model, body.types)
     node = next(iter(counts.values()))[3]
-    try:
+    try:   # folded even where the body is not (the ONNX backend): folding gives the values
         zero = import_model(_zero_model(cut, counts), name=f"{name}_at_0",
-                            prefer_blas=scope.prefer_blas, fold=body.fold, counting=False)
+                            prefer_blas=scope.prefer_blas, fold=True, counting=False)
     except BadInputError:   # e.g. a carried value that would change shape at 0: rule 4
         _refuse_at_run_time(out.sdfg, node)
         return
-    for state in zero.sdfg.states():
-        for access in state.data_nodes():
-            if 0 in tuple(zero.sdfg.arrays[access.data].shape) and state.degree(access):
-                raise _refuse(node, f"at a count of 0, '{access.data}' is empty and is "
-                                    f"still computed at run time (kernels need a size)")
+    if any(0 in tuple(zero.sdfg.arrays[a.data].shape) and state.degree(a)
+           for state in zero.sdfg.states() for a in state.data_nodes()):
+        _refuse_at_run_time(out.sdfg, node)   # a kernel would run on an empty array
+        return
     sdfg = out.sdfg
     state = next(s for s in sdfg.states() if s.label == "a_count_is_0")
     arrays = {i.onnx_name: i.sdfg_name for i in out.inputs + out.outputs}
     inputs, outputs = {}, {}
     for info in zero.inputs:
-        if info.onnx_name not in arrays:
-            raise _refuse(node, f"its import at a count of 0 reads '{info.onnx_name}'")
+        if info.onnx_name not in arrays:   # nothing to read it from: refuse that run
+            _refuse_at_run_time(out.sdfg, node)
+            return
         inputs[info.sdfg_name] = arrays[info.onnx_name]
     for info in zero.outputs:
         outputs[info.sdfg_name] = arrays[info.onnx_name]
@@ -149,11 +149,6 @@ def pass_refusals(outer_sdfg, state, nested) -> None:
         nested.add_out_connector(name)
         state.add_edge(nested, name, state.add_write(name), None,
                        dace.Memlet.from_array(name, outer_sdfg.arrays[name]))
-
-
-def _refuse(node, why) -> UnsupportedCaseError:
-    return UnsupportedCaseError(node, "Slice", f"its output's size is a count known at run "
-                                f"time, per iteration of the body: {why}")
 
 
 def _zero_model(cut, counts):
