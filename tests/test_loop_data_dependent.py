@@ -74,7 +74,8 @@ def test_dlrm_mean_matches_onnxruntime_including_empty_bags():
 
 def test_embedding_bag_max_matches_onnxruntime_including_empty_bags():
     """An empty bag's max is -inf in onnxruntime: the bags themselves are compared (after
-    them the MLP's Relu turns onnxruntime's NaNs into something else, see the report)."""
+    them the MLP makes NaN of -inf, which our Relu makes 0 where onnxruntime's keeps NaN:
+    an elementwise difference of its own, not this one's)."""
     model = _with_bag_outputs(export_dlrm("max"))
     bags = [o.name for o in model.graph.output[1:]]
     ws = workbench.open(model)
