@@ -132,6 +132,11 @@ MODELS = [
           _TEXT_FULL),
     _full("llama", "Llama-style decoder (4 layers, hidden 512, 8 heads, 2 KV heads, vocab "
           "32000), 128 tokens, dynamo exporter (opset 20)"),
+    _full("llama_decode", "one decode step of that decoder (vocab 32000): a token and each "
+          "layer's KV cache of 'past' positions in, the logits and the caches one position "
+          "longer out (generate; open it with --symbolic past)", {"past": 16}),
+    _full("llama_prefill", "that decoder's prompt read at once: the logits and each layer's "
+          "KV cache out (generate --prefill)", {"sequence": 16}),
     # made from the full-size resnet and bert (generated first when missing)
     _full("resnet_qdq", "ResNet-18 quantized by onnxruntime: static QDQ int8, per channel, "
           "224x224", generator=QUANTIZER),
