@@ -103,6 +103,7 @@ def test_channels_last_data_is_refused_by_row_major_code(optimized):
 
 @pytest.mark.parametrize("code,expect,residual", [
     ("t0 = acc\nt1 = max(t0, 0)\ny0 = t1", [("relu", 0.0, 0.0)], None),
+    ("t0 = acc\nt1 = 0 if t0 < 0 else t0\ny0 = t1", [("relu", 0.0, 0.0)], None),   # Relu's
     ("t0 = acc\nt2 = t0 + x0\nt3 = max(t2, 0)\nt1 = t3\ny0 = t1",
      [("add", 0.0, 0.0), ("relu", 0.0, 0.0)], "x0"),
     ("t0 = acc\nt1 = x0 + t0\ny0 = t1", [("add", 0.0, 0.0)], "x0"),

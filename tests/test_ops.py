@@ -114,3 +114,22 @@ def test_tensor_names_that_equal_tasklet_variables():
     onnx.checker.check_model(model, full_check=True)
     assert_matches_onnxruntime(model, {"x": rand(3, 4), "a": rand(2, 3), "b": rand(2, 3),
                                        "src": rand(2, 3)}, implementation="pure")
+
+
+def test_relu_keeps_nan_as_onnxruntime_does():
+    """max(x, 0) is (x > 0 ? x : 0) in DaCe's C++: NaN became 0 (an EmbeddingBag max over
+    an empty bag gives -inf, a Linear then NaN, which the next ReLU hid)."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    import workbench
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [6])
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                                                [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    value = np.array([np.nan, -1, 0, 2, -np.inf, np.inf], np.float32)
+    ws = workbench.open(model)
+    assert ws.verify({"x": value}).match
+    got = ws.run({"x": value})["y"]
+    np.testing.assert_array_equal(got, [np.nan, 0, 0, 2, 0, np.inf])   # NaNs compare equal

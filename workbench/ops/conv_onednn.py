@@ -298,6 +298,11 @@ def _peel(node, post: PostOps, tensors: dict) -> bool:
         zero = [i for i, a in enumerate(node.args) if _number(a) == 0]
         if zero:
             return _add(post, _peel(node.args[1 - zero[0]], post, tensors), ("relu", 0.0, 0.0))
+    if (isinstance(node, ast.IfExp) and isinstance(node.test, ast.Compare)
+            and len(node.test.ops) == 1 and isinstance(node.test.ops[0], ast.Lt)
+            and _number(node.test.comparators[0]) == 0 and _number(node.body) == 0
+            and _same(node.test.left, node.orelse)):   # Relu: 0 if x < 0 else x
+        return _add(post, _peel(node.orelse, post, tensors), ("relu", 0.0, 0.0))
     clip = _clip_of(node)
     if clip is not None:
         return _add(post, _peel(clip[0], post, tensors), ("clip", clip[1], clip[2]))

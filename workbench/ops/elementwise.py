@@ -16,7 +16,7 @@ from workbench.ops.registry import implements, mapped_tasklet
 _SOFTPLUS = "(x + log1p(exp(-x)) if x > 0 else log1p(exp(x)))"  # no overflow for large |x|
 
 UNARY = {
-    "Relu": "max(x, 0)",
+    "Relu": "0 if x < 0 else x",   # NaN stays NaN, as onnxruntime has it (max gives 0)
     "Sigmoid": "1 / (1 + exp(-x))",
     "Tanh": "tanh(x)",
     "Erf": "erf(x)",
