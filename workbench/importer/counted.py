@@ -63,7 +63,7 @@ def insert_counts(model, types):
     {symbol: (count tensor, bound, dummy input, node name, op type)})."""
     from onnx import TensorProto, helper, numpy_helper
     from workbench.importer.pieces import copy_model
-    from workbench.importer.to_sdfg import c_identifier
+    from workbench.importer.identifiers import c_identifier
     out = copy_model(model)
     graph = out.graph
     inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}

@@ -111,7 +111,7 @@ _REFUSED_NODES = {}      # flag array -> ONNX node name, for the message
 
 
 def _refuse_at_run_time(sdfg, node) -> None:
-    from workbench.importer.to_sdfg import c_identifier
+    from workbench.importer.identifiers import c_identifier
     name = REFUSED + c_identifier(node, set())
     if name not in sdfg.arrays:
         sdfg.add_array(name, (1,), dace.int64)

@@ -1,6 +1,4 @@
 """One SDFG state, one ``OnnxOp`` library node per ONNX node."""
-import keyword
-import re
 from dataclasses import dataclass
 
 import dace
@@ -11,6 +9,7 @@ from onnx import helper, numpy_helper
 from workbench.errors import ShapeError, UnsupportedOpError
 from workbench.importer import control_flow, control_flow_sdfg
 from workbench.importer.data_dependent import unknown_shape_error
+from workbench.importer.identifiers import c_identifier
 from workbench.ops import registry
 from workbench.ops.node import OnnxOp
 
@@ -22,18 +21,6 @@ DTYPES = {
     onnx.TensorProto.UINT16: dace.uint16, onnx.TensorProto.UINT32: dace.uint32,
     onnx.TensorProto.UINT64: dace.uint64, onnx.TensorProto.BOOL: dace.bool_,
 }
-# Names the generated C++ must not use for arrays or connectors.
-_RESERVED = set(keyword.kwlist) | {
-    "int", "float", "double", "char", "bool", "auto", "const", "class", "struct", "new", "delete",
-    "min", "max", "abs", "exp", "log", "pow", "sqrt", "sin", "cos", "tanh", "floor", "ceil",
-    "round", "sign", "mod", "default", "switch", "case", "template", "this",
-    "operator", "signed", "unsigned", "long", "short", "void", "union", "register", "volatile",
-    "static", "extern", "inline", "typename", "namespace", "using", "std", "dace", "__state",
-    # C++'s alternative operator spellings are keywords too.
-    "xor", "bitand", "bitor", "compl", "and_eq", "or_eq", "xor_eq", "not_eq",
-}
-
-
 @dataclass
 class TensorInfo:
     """An ONNX tensor as the SDFG holds it."""
@@ -41,18 +28,6 @@ class TensorInfo:
     sdfg_name: str
     shape: tuple  # the ONNX shape (0-d tensors are stored as shape (1,))
     dtype: str    # numpy dtype name
-
-
-def c_identifier(name: str, taken: set) -> str:
-    base = re.sub(r"[^0-9A-Za-z_]", "_", name).strip("_") or "t"
-    base = re.sub(r"_+", "_", base)
-    if base[0].isdigit() or base in _RESERVED or base.startswith("__"):
-        base = "t_" + base
-    out, i = base, 1
-    while out in taken:
-        out, i = f"{base}_{i}", i + 1
-    taken.add(out)
-    return out
 
 
 # Ops that constant folding always removes when shapes are static.
