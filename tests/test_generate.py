@@ -160,3 +160,10 @@ def test_the_exported_program_takes_caches_of_any_length_within_its_capacity(mod
             np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="capacity"):
         program(decoder.random_inputs(sizes={"past": 80}))
+
+
+def test_a_generation_longer_than_the_caches_hold_is_refused_before_it_runs(models):
+    decoder, prefill, _ = models   # caches of 80 positions
+    with pytest.raises(BadInputError, match="80 positions"):
+        gen.generate(decoder, PROMPT, 79, prefill=prefill)   # 3 + 79 - 1 = 81
+    assert len(gen.generate(decoder, PROMPT, 78, prefill=prefill).tokens) == 78

@@ -129,15 +129,24 @@ def _prefill(prefill, prompt, plan):
 
 def _in_place(decoder, plan) -> bool:
     """Whether every cache of ``plan`` is a CacheAppend's in the current program."""
+    return _capacity(decoder, plan) is not None
+
+
+def _capacity(decoder, plan):
+    """The positions the smallest cache buffer holds when every cache of ``plan`` is a
+    CacheAppend's, else None."""
     from workbench.ops.cache_append import OP_TYPE
     by_sdfg = {i.sdfg_name: i.onnx_name for i in (*decoder.inputs, *decoder.outputs)}
-    pairs = {}
+    pairs, room = {}, []
     for node, state in decoder.sdfg.all_nodes_recursive():
         if getattr(node, "op_type", None) == OP_TYPE:
             src = next(e.data.data for e in state.in_edges(node) if e.dst_conn == "cache_in")
             dst = next(e.data.data for e in state.out_edges(node))
             pairs[by_sdfg.get(src)] = by_sdfg.get(dst)
-    return all(pairs.get(p) == q for p, q in plan.caches.items())
+            room.append(int(node.attrs["capacity"]))
+    if not all(pairs.get(p) == q for p, q in plan.caches.items()):
+        return None
+    return min(room)
 
 
 def _token_by_token(decoder, plan, prompt, tokens) -> Generation:
@@ -199,8 +208,13 @@ def _feeds(plan, token: int, past: int, cache: dict) -> dict:
 def _loop_in_worker(decoder, plan, prompt, tokens, first, cache, past=None,
                     forced=()) -> Generation:
     from workbench.runtime import isolated
-    build = decoder.build()
     past = len(prompt) if past is None else past
+    capacity = _capacity(decoder, plan)
+    if past + tokens - 1 > capacity:   # the last step writes position past + tokens - 2
+        raise BadInputError(f"the caches hold {capacity} positions (CacheInPlace's "
+                            f"'capacity'); {past + tokens - 1} are needed here: generate fewer "
+                            f"tokens or apply CacheInPlace with a larger capacity.")
+    build = decoder.build()
     with decoder.lock:
         args, _ = decoder.call_args(build, _feeds(plan, first[0], max(past, 1), cache))
     sdfg = {i.onnx_name: i.sdfg_name for i in (*decoder.inputs, *decoder.outputs)}
