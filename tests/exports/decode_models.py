@@ -10,18 +10,25 @@ from torch.nn import functional as F
 from decoder_models import Llama, _rotate_half
 
 
-def _attend(attention, x, cos, sin, past_k, past_v):
-    """One query position against the past keys and values and its own."""
-    batch, length, dim = x.shape
+def _attend(attention, x, cos, sin, past_k=None, past_v=None, mask=None, shape=None):
+    """The positions of ``x`` against the past keys and values (when given) and their own:
+    (output, keys, values). ``shape``: (batch, length, dim) taken elsewhere, as the
+    committed prefill export traced them (from the block's input and the prompt), so that
+    re-exporting it writes the same graph."""
+    batch, length, dim = x.shape if shape is None else shape
     heads, kv_heads, head_dim = attention.heads, attention.kv_heads, attention.head_dim
     q = attention.q(x).view(batch, length, heads, head_dim).transpose(1, 2)
     k = attention.k(x).view(batch, length, kv_heads, head_dim).transpose(1, 2)
     v = attention.v(x).view(batch, length, kv_heads, head_dim).transpose(1, 2)
     q = q * cos + _rotate_half(q) * sin
     k = k * cos + _rotate_half(k) * sin
-    keys, values = torch.cat((past_k, k), dim=2), torch.cat((past_v, v), dim=2)
+    keys, values = k, v
+    if past_k is not None:
+        keys, values = torch.cat((past_k, k), dim=2), torch.cat((past_v, v), dim=2)
     group = heads // kv_heads
     scores = q @ keys.repeat_interleave(group, dim=1).transpose(-1, -2) / math.sqrt(head_dim)
+    if mask is not None:
+        scores = scores + mask
     out = F.softmax(scores, dim=-1) @ values.repeat_interleave(group, dim=1)
     return attention.o(out.transpose(1, 2).reshape(batch, length, dim)), keys, values
 
@@ -56,19 +63,10 @@ class LlamaPrefill(Llama):
         causal = torch.triu(torch.full((length, length), float("-inf")), diagonal=1)
         present = []
         for block in self.blocks:
-            attention = block.attention
             batch, _, dim = x.shape
-            h = block.norm1(x)
-            heads, kv_heads, head_dim = attention.heads, attention.kv_heads, attention.head_dim
-            q = attention.q(h).view(batch, length, heads, head_dim).transpose(1, 2)
-            k = attention.k(h).view(batch, length, kv_heads, head_dim).transpose(1, 2)
-            v = attention.v(h).view(batch, length, kv_heads, head_dim).transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
-            group = heads // kv_heads
-            scores = q @ k.repeat_interleave(group, dim=1).transpose(-1, -2) / math.sqrt(head_dim)
-            out = F.softmax(scores + causal, dim=-1) @ v.repeat_interleave(group, dim=1)
-            x = x + attention.o(out.transpose(1, 2).reshape(batch, length, dim))
+            out, k, v = _attend(block.attention, block.norm1(x), cos, sin, mask=causal,
+                                shape=(batch, length, dim))
+            x = x + out
             h = block.norm2(x)
             x = x + block.down(F.silu(block.gate(h)) * block.up(h))
             present += [k, v]
