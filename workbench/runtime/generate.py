@@ -14,7 +14,6 @@ token. Rules:
 3. ``reference`` runs the same loop in onnxruntime on the original models: every token
    and every step's logits row are compared (``compare``).
 """
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,6 +21,7 @@ import numpy as np
 from workbench.analysis.memory import init_sized
 from workbench.errors import BadInputError
 from workbench.importer.symbolic import internal_name
+from workbench.runtime.greedy import greedy
 
 
 @dataclass
@@ -122,7 +122,7 @@ def _prefill(prefill, prompt, plan):
         raise BadInputError(f"the full-sequence model must return {plan.logits} and "
                             f"{', '.join(plan.caches.values())} as the decode step names "
                             f"them; it lacks {', '.join(missing or [plan.logits])}.")
-    row = np.asarray(out[plan.logits]).reshape(-1, out[plan.logits].shape[-1])[-1]
+    row = _last_row(out[plan.logits])
     cache = {past: out[present] for past, present in plan.caches.items()}
     return (int(row.argmax()), row.copy()), cache
 
@@ -235,19 +235,19 @@ def _loop_in_worker(decoder, plan, prompt, tokens, first, cache, past=None,
 
 
 def _loop_by_runs(decoder, plan, prompt, tokens, first, cache) -> Generation:
-    token, rows, out, samples = first[0], [first[1]], [first[0]], []
-    past = len(prompt)
-    for _ in range(tokens - 1):
-        t = time.perf_counter()
+    def step(token, past):
+        nonlocal cache
         got = decoder.run(_feeds(plan, token, past, cache))
-        samples.append((time.perf_counter() - t) * 1e3)
-        row = np.asarray(got[plan.logits]).reshape(-1, got[plan.logits].shape[-1])[-1]
-        rows.append(row.copy())
-        token = int(row.argmax())
-        out.append(token)
         cache = {p: got[q] for p, q in plan.caches.items()}
-        past += 1
-    return Generation(prompt, out, np.stack(rows), False, samples)
+        return _last_row(got[plan.logits])
+
+    out, rows, samples = greedy(step, first[0], len(prompt), tokens - 1)
+    return Generation(prompt, [first[0]] + out, np.stack([first[1]] + rows), False, samples)
+
+
+def _last_row(logits) -> np.ndarray:
+    logits = np.asarray(logits)
+    return logits.reshape(-1, logits.shape[-1])[-1]
 
 
 def reference(decoder_model, prefill_model, prompt, tokens: int, plan: DecodePlan,
@@ -255,14 +255,14 @@ def reference(decoder_model, prefill_model, prompt, tokens: int, plan: DecodePla
     """The same greedy loop in onnxruntime on the original models."""
     from workbench.runtime.reference import ort_session
     prompt = check_prompt(prompt, tokens)
-    step = ort_session(decoder_model, threads)
-    step_names = [o.name for o in step.get_outputs()]
+    session = ort_session(decoder_model, threads)
+    step_names = [o.name for o in session.get_outputs()]
     if prefill_model is None:   # the prompt token by token from an empty cache
-        shapes = {i.name: i.shape for i in step.get_inputs()}
+        shapes = {i.name: i.shape for i in session.get_inputs()}
         cache = {p: np.zeros([0 if isinstance(d, str) else d for d in shapes[p]], np.float32)
                  for p in plan.caches}
         for past, token in enumerate(prompt):
-            out = dict(zip(step_names, step.run(None, _feeds(plan, token, past, cache))))
+            out = dict(zip(step_names, session.run(None, _feeds(plan, token, past, cache))))
             cache = {p: out[q] for p, q in plan.caches.items()}
     else:
         pre = ort_session(prefill_model, threads)
@@ -270,22 +270,17 @@ def reference(decoder_model, prefill_model, prompt, tokens: int, plan: DecodePla
         out = dict(zip(names, pre.run(None, {pre.get_inputs()[0].name: np.array([prompt],
                                                                                  np.int64)})))
         cache = {p: out[q] for p, q in plan.caches.items()}
-    row = out[plan.logits].reshape(-1, out[plan.logits].shape[-1])[-1]
-    token, rows, got = int(row.argmax()), [row.copy()], []
-    got.append(token)
-    past = len(prompt)
-    samples = []
-    for _ in range(tokens - 1):
-        t = time.perf_counter()
-        res = dict(zip(step_names, step.run(None, _feeds(plan, token, past, cache))))
-        samples.append((time.perf_counter() - t) * 1e3)
-        row = res[plan.logits].reshape(-1, res[plan.logits].shape[-1])[-1]
-        rows.append(row.copy())
-        token = int(row.argmax())
-        got.append(token)
+    row = _last_row(out[plan.logits])
+
+    def step(token, past):
+        nonlocal cache
+        res = dict(zip(step_names, session.run(None, _feeds(plan, token, past, cache))))
         cache = {p: res[q] for p, q in plan.caches.items()}
-        past += 1
-    return Generation(prompt, got, np.stack(rows), step_ms=samples)
+        return _last_row(res[plan.logits])
+
+    got, rows, samples = greedy(step, int(row.argmax()), len(prompt), tokens - 1)
+    return Generation(prompt, [int(row.argmax())] + got, np.stack([row.copy()] + rows),
+                      step_ms=samples)
 
 
 def compare(ours: Generation, theirs: Generation, rtol: float = 1e-4,

@@ -34,6 +34,7 @@ import time
 from multiprocessing.reduction import recv_handle
 
 from workbench.runtime import worker_process
+from workbench.runtime.greedy import greedy
 
 _CTYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double, "int64": ctypes.c_int64,
            "int32": ctypes.c_int32, "int16": ctypes.c_int16, "int8": ctypes.c_int8,
@@ -120,9 +121,8 @@ class _Program:
         token_ids = array(msg["token"], np.int64)
         positions = array(msg["position"], np.int64) if msg.get("position") else None
         logits = array(msg["logits"], msg["logits_dtype"]).reshape(-1, msg["vocab"])
-        token, past, rows, samples = msg["first"], msg["past"], [], []
-        tokens = []
-        for _ in range(msg["steps"]):
+
+        def prepare(token, past):
             token_ids[:] = token
             if positions is not None:
                 positions[:] = past
@@ -132,16 +132,13 @@ class _Program:
                 self._exit(self.state)
                 self.state = ctypes.c_void_p(self._init(*[ctypes.c_int64(past)
                                                           for _ in msg["init"]]))
-            t = time.perf_counter()
+
+        def step(token, past):
             self.call()
-            samples.append((time.perf_counter() - t) * 1e3)
-            last = logits[-1]
-            rows.append(last.copy())
-            token = int(last.argmax())
-            tokens.append(token)
-            if len(tokens) <= len(msg.get("forced", ())):   # still reading the prompt
-                token = msg["forced"][len(tokens) - 1]
-            past += len(token_ids)
+            return logits[-1]
+
+        tokens, rows, samples = greedy(step, msg["first"], msg["past"], msg["steps"],
+                                       msg.get("forced", ()), len(token_ids), prepare)
         return {"ok": True, "tokens": tokens, "logits": np.stack(rows) if rows else None,
                 "samples_ms": samples}
 
