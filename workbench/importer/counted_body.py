@@ -31,6 +31,7 @@ import dace
 
 from workbench.errors import BadInputError
 from workbench.importer.counted import counted_nodes
+from workbench.ops.linalg import wire
 from workbench.progress import SILENT
 
 
@@ -84,26 +85,22 @@ def _at_zero(out, body, name, scope) -> None:
     sdfg = out.sdfg
     state = next(s for s in sdfg.states() if s.label == "a_count_is_0")
     arrays = {i.onnx_name: i.sdfg_name for i in out.inputs + out.outputs}
-    inputs, outputs = {}, {}
+    inputs, outputs = {}, {}   # array -> the nested program's connector
     for info in zero.inputs:
         if info.onnx_name not in arrays:   # nothing to read it from: refuse that run
             _refuse_at_run_time(out.sdfg, node)
             return
-        inputs[info.sdfg_name] = arrays[info.onnx_name]
+        inputs[arrays[info.onnx_name]] = info.sdfg_name
     for info in zero.outputs:
-        outputs[info.sdfg_name] = arrays[info.onnx_name]
+        outputs[arrays[info.onnx_name]] = info.sdfg_name
     for conn, value in zero.weights.items():
         desc = zero.sdfg.arrays[conn]
         arr = sdfg.add_array(f"{conn}_at_0", desc.shape, desc.dtype, find_new_name=True)[0]
         out.weights[arr] = value
-        inputs[conn] = arr
-    nested = state.add_nested_sdfg(zero.sdfg, sdfg, set(inputs), set(outputs))
-    for conn, arr in inputs.items():
-        state.add_edge(state.add_read(arr), None, nested, conn,
-                       dace.Memlet.from_array(arr, sdfg.arrays[arr]))
-    for conn, arr in outputs.items():
-        state.add_edge(nested, conn, state.add_write(arr), None,
-                       dace.Memlet.from_array(arr, sdfg.arrays[arr]))
+        inputs[arr] = conn
+    nested = state.add_nested_sdfg(zero.sdfg, sdfg, set(inputs.values()),
+                                   set(outputs.values()))
+    wire(sdfg, state, nested, inputs, outputs)
 
 
 REFUSED = "__refused_"   # flag arrays of run-time refusals (rule 4), by node identifier
