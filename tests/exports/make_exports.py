@@ -12,8 +12,8 @@ are narrower, shallower and at a lower resolution so that every ``.onnx`` file
 stays small; ``--full`` writes the same classes at their published sizes
 (ResNet-18, MobileNetV2, EfficientNet-B0, SqueezeNet 1.1, ViT-tiny, BERT-tiny,
 one BERT-base layer, GPT-2 with an attention mask, U-Net, DenseNet-121, T5-small's
-encoder, a Llama-style decoder) into ``$WORKBENCH_CACHE/zoo-full/``, never
-committed (``zoo:NAME-full`` opens them). They are exported with the legacy
+encoder, Whisper-tiny's audio encoder, a Llama-style decoder) into
+``$WORKBENCH_CACHE/zoo-full/``, never committed (``zoo:NAME-full`` opens them). They are exported with the legacy
 TorchScript exporter at opset 17 (``dynamo=False``), except the Llama-style
 decoder, which takes torch's default exporter (``dynamo=True``, opset 20, needs
 onnxscript), seeded and in eval mode, so the files carry what such
@@ -43,6 +43,7 @@ from control_flow_models import RefineAndRoute  # noqa: E402
 from decode_models import LlamaDecodeStep, LlamaPrefill  # noqa: E402
 from decoder_models import Llama, T5Encoder  # noqa: E402
 from recurrent_models import GRUClassifier, LSTMTagger  # noqa: E402
+from speech_models import WhisperEncoder  # noqa: E402
 from text_models import GPT2, Bert  # noqa: E402
 from unet_densenet import DenseNet, UNet  # noqa: E402
 from vision_models import (EfficientNetB0, MobileNetV2, ResNet, SqueezeNet,  # noqa: E402
@@ -146,6 +147,14 @@ def _llama_prefill(length=128, prompt=5, **config):
                   ["input_ids"], ["logits"] + present, axes)
 
 
+def _whisper(frames=64, **config):
+    """Whisper's audio encoder: log-mel frames in, the frame count a dynamic axis."""
+    mels = config.get("mels", 80)
+    return Export(lambda: WhisperEncoder(**config), lambda: (torch.randn(1, mels, frames),),
+                  ["input_features"], ["last_hidden_state"],
+                  {"input_features": {0: "batch", 2: "frames"}})
+
+
 def _tokens(make, sequence=16):
     """Token ids [batch, sequence] with dynamic axes, as text models are exported."""
     return Export(make, lambda: (torch.randint(0, 100, (1, sequence)),), ["input_ids"],
@@ -170,6 +179,7 @@ SMALL = {
                            script=True),
     "t5_encoder": _t5(vocab=100, dim=64, heads=4, head_dim=16, ff=128, layers=2),
     "llama": _llama(vocab=128, dim=64, heads=4, kv_heads=2, ff=172, layers=2),
+    "whisper_encoder": _whisper(64, mels=16, dim=64, heads=4, ff=128, layers=2, positions=64),
     # rotary tables of 128 positions: a prompt and 64 generated tokens fit
     "llama_decode": _llama_decode(128, vocab=128, dim=64, heads=4, kv_heads=2, ff=172,
                                   layers=2),
@@ -198,6 +208,7 @@ FULL = {
     "densenet": _image(lambda: DenseNet(32, (6, 12, 24, 16), 64, 4, 1000), 224),
     "t5_encoder": _t5(128),                            # T5-small's encoder
     "llama": _llama(128),                              # d 512, 4 layers, 8 heads, 2 KV heads
+    "whisper_encoder": _whisper(3000),                 # Whisper-tiny's encoder, 30 s of audio
     # its decode step and prefill (the same weights), rotary tables of 512 positions
     "llama_decode": _llama_decode(512, vocab=32000, dim=512, heads=8, kv_heads=2, ff=1376,
                                   layers=4),

@@ -102,7 +102,7 @@ def import_model(source, input_shapes: dict = None, name: str = None, prefer_bla
 
 def _import_symbolic(source, input_shapes, name, prefer_blas, fold, progress, memory_budget,
                      names, keep_source=False):
-    from workbench.importer import symbolic
+    from workbench.importer import size_forms, symbolic
     if not isinstance(source, onnx.ModelProto):
         source = load_model(source, memory_budget)
     declared = {d.dim_param for i in graph_inputs(source)
@@ -118,11 +118,45 @@ def _import_symbolic(source, input_shapes, name, prefer_blas, fold, progress, me
         size = given.pop(n, 1)
         defaults[n] = int(size[0] if isinstance(size, (list, tuple)) and len(size) == 1
                           else size)
-    probes = symbolic.probe_sizes(names)
+    forms = size_forms.Forms(lambda: fix_input_shapes(source, given, keep=names), names)
     unfolded = frozenset()
-    for _ in range(symbolic.MAX_ROUNDS):
-        imports = []
-        for sizes in probes:   # the probes are not the program (counted_body rule 4)
+    scale, extra, imports = 1, [], []
+    while True:   # once more at probes past every stride the model divides its sizes by
+        probes = symbolic.probe_sizes(names, scale) + extra
+        if len(imports) < len(probes):
+            imports, unfolded = _probe_imports(source, given, probes, name, prefer_blas, fold,
+                                               progress, memory_budget, imports, unfolded)
+        try:
+            out = symbolic.generalize(names, probes, imports, forms)
+        except symbolic.Ambiguous as e:   # one more probe, where the two forms differ
+            if len(extra) >= symbolic.MAX_ROUNDS or e.sizes in probes:
+                raise
+            extra.append(e.sizes)
+            continue
+        except symbolic.NotSymbolic:
+            if scale > 1 or not forms.used or forms.scale() == 1:
+                raise
+            scale, extra, imports = forms.scale(), [], []
+            continue
+        if not forms.used or scale >= forms.scale():
+            break
+        scale, extra, imports = forms.scale(), [], []
+    if keep_source:
+        return out
+    out.reference_model = fix_input_shapes(source, given, keep=names)
+    out.symbols = defaults
+    return out
+
+
+def _probe_imports(source, given, probes, name, prefer_blas, fold, progress, memory_budget,
+                   imports=(), unfolded=frozenset()):
+    """(one import per probe, the folded tensors the program computes): the ``imports``
+    made already are kept; all are made again while folded tensors turn out to depend on
+    the size (``symbolic.sized_constants``)."""
+    from workbench.importer import symbolic
+    imports = list(imports)
+    for round_ in range(symbolic.MAX_ROUNDS):
+        for sizes in probes[len(imports):]:   # not the program (counted_body rule 4)
             with not_a_program():
                 with progress.phase(f"import at "
                                     f"{', '.join(f'{n}={v}' for n, v in sizes.items())}"):
@@ -131,15 +165,10 @@ def _import_symbolic(source, input_shapes, name, prefer_blas, fold, progress, me
                                                 unfolded=unfolded, counting=False))
         # a folded tensor whose size changes with the symbols is computed by the program
         more = symbolic.sized_constants(imports, source) - unfolded
-        if not more:
-            break
+        if not more or round_ == symbolic.MAX_ROUNDS - 1:
+            return imports, unfolded
         unfolded |= more
-    out = symbolic.generalize(names, probes, imports)
-    if keep_source:
-        return out
-    out.reference_model = fix_input_shapes(source, given, keep=names)
-    out.symbols = defaults
-    return out
+        imports = []
 
 
 def _import_counted(folded, fixed, model, name, prefer_blas, fold, progress, memory_budget,

@@ -162,17 +162,20 @@ def _declare_hints(model: onnx.ModelProto, hints: dict) -> None:
 SYMBOLIC_MODULE = "onnxruntime.tools.symbolic_shape_infer"
 
 
-def _symbolic_shapes(slim: onnx.ModelProto) -> onnx.ModelProto:
+def _symbolic_shapes(slim: onnx.ModelProto, partial: bool = False,
+                     merge: bool = False) -> onnx.ModelProto:
     """``SymbolicShapeInference.infer_shapes`` without its side effect: when shapes stay
     unknown it saves the model as ``sym_shape_infer_temp.onnx`` plus ``<uuid>.data``
     files into the current folder, the user's, before it raises. The same steps, then
-    the same exception, without the files (the public call where the steps moved)."""
+    the same exception, without the files (the public call where the steps moved).
+    ``partial``: what it inferred, even where some shapes stay unknown. ``merge``: its
+    auto_merge (two sizes a broadcast meets are taken to be one)."""
     engine = symbolic_engine()
     try:
-        inference = engine(2**31 - 1, False, False, 0)
+        inference = engine(2**31 - 1, merge, False, 0)
         steps = inference._preprocess, inference._infer_impl, inference._update_output_from_vi
     except (AttributeError, TypeError):
-        return engine.infer_shapes(slim, auto_merge=False)
+        return engine.infer_shapes(slim, auto_merge=merge)
     if max((o.version for o in slim.opset_import if o.domain in ("", "ai.onnx")),
            default=0) < 7:
         return None  # as infer_shapes: opsets before 7 are not supported
@@ -181,7 +184,7 @@ def _symbolic_shapes(slim: onnx.ModelProto) -> onnx.ModelProto:
     while inference.run_:
         complete = steps[1]()
     steps[2]()
-    if not complete:
+    if not complete and not partial:
         raise RuntimeError("Incomplete symbolic shape inference")
     return inference.out_mp_
 

@@ -121,8 +121,12 @@ class NotSymbolic(ShapeError):
 def internal_name(name: str) -> str:
     """The SDFG's name for the dim ``name``: itself, or ``name_`` where DaCe's parser
     would read it as a function of its math library inside an expression
-    (``sequence``: ``64*sequence`` fails to parse)."""
+    (``sequence``: ``64*sequence`` fails to parse), or where it is as short as the
+    connectors and map variables expansions name (``W``, ``n``: a symbol ``W`` cannot
+    pass into a Conv whose weight connector is ``W``)."""
     from dace.symbolic import pystr_to_symbolic
+    if len(name) <= 2:
+        return f"{name}_"
     try:
         expr = pystr_to_symbolic(f"2*{name} + 1")
         ok = [str(x) for x in expr.free_symbols] == [name]
@@ -147,18 +151,25 @@ def lookup(sizes: dict, symbol):
     return sizes.get(key[:-1]) if key.endswith("_") else None
 
 
-def probe_sizes(names) -> list:
-    """``[(sizes by name), ...]``: the base, one per symbol moved, then all moved."""
+def probe_sizes(names, scale: int = 1) -> list:
+    """``[(sizes by name), ...]``: the base, one per symbol moved, then all moved. With
+    ``scale`` (the largest divisor of the model's size forms, ``size_forms``) each probe
+    is ``scale`` times larger, plus 1, 2, 3 (odd, even, odd), so no stride reduces a
+    probe's sizes to one row and no form is read only at multiples of its divisor."""
     base, moved, check = PROBES
+    if scale > 1:
+        base, moved, check = (p * scale + k for k, p in enumerate(PROBES, 1))
     out = [{n: base for n in names}]
     out += [{**out[0], n: moved} for n in names]
     out.append({n: check for n in names})
     return out
 
 
-def generalize(names, probes: list, imports: list):
+def generalize(names, probes: list, imports: list, forms=None):
     """The base import (``imports[0]``) with its sizes as expressions of ``names``;
-    ``probes[i]`` are the sizes ``imports[i]`` was made at (``probe_sizes``)."""
+    ``probes[i]`` are the sizes ``imports[i]`` was made at (``probe_sizes``).
+    ``forms()``: the model's non-linear size expressions (``size_forms.forms``), asked
+    for only when a dimension is not linear in the sizes."""
     base = imports[0]
     _same_program(base, imports[1:], names)
     symbols = {n: dace.symbol(internal_name(n), dace.int64) for n in names}
@@ -168,7 +179,11 @@ def generalize(names, probes: list, imports: list):
         dims = []
         for axis in range(len(desc.shape)):
             seen = [int(imp.sdfg.arrays[array].shape[axis]) for imp in imports]
-            dims.append(_fit(names, probes, seen, symbols, f"'{array}' axis {axis}"))
+            what = f"'{array}' axis {axis}"
+            try:
+                dims.append(_fit(names, probes, seen, symbols, what))
+            except NotSymbolic as e:
+                dims.append(_fit_form(names, probes, seen, symbols, forms, what, e))
         shapes[array] = tuple(dims)
     for n, sym in symbols.items():
         if str(sym) in sdfg.arrays:
@@ -205,12 +220,46 @@ def _fit(names, probes, seen, symbols, what):
         coeff = change // step
         expr += coeff * (symbols[n] - probes[0][n])
     expr = sympy.expand(expr)
-    check = int(expr.subs({symbols[n]: probes[-1][n] for n in names}))
-    if check != seen[-1]:
-        raise NotSymbolic(f"{what} does not grow linearly with {', '.join(names)} "
-                          f"({', '.join(str(s) for s in seen)} at the probe sizes); it "
-                          f"cannot stay symbolic.")
+    for probe, want in list(zip(probes, seen))[1 + len(names):]:   # the check probes
+        if int(expr.subs({symbols[n]: probe[n] for n in names})) != want:
+            raise NotSymbolic(f"{what} does not grow linearly with {', '.join(names)} "
+                              f"({', '.join(str(s) for s in seen)} at the probe sizes); it "
+                              f"cannot stay symbolic.")
     return expr
+
+
+class Ambiguous(NotSymbolic):
+    """Two forms of the model fit a dimension at the probes; ``sizes``: where they
+    differ, the next probe."""
+
+    def __init__(self, message, sizes):
+        super().__init__(message)
+        self.sizes = sizes
+
+
+def _fit_form(names, probes, seen, symbols, forms, what, error):
+    """``c * form + linear`` for a dimension ``_fit`` refused (``size_forms``); ``error``
+    again when no form of the model fits."""
+    from workbench.importer import size_forms
+    plain = {n: sympy.Symbol(n, integer=True, positive=True) for n in names}
+
+    def linear(residuals):
+        try:
+            return _fit(names, probes, residuals, plain, what)
+        except NotSymbolic:
+            return None
+    found = size_forms.fits(names, probes, seen, forms() if forms else [], linear)
+    if found and hasattr(forms, "used"):
+        forms.used = True
+    if not found:
+        raise error
+    for other in found[1:]:
+        sizes = size_forms.where_differ(found[0], other, names, probes[0])
+        if sizes is not None:
+            raise Ambiguous(f"{what} is {found[0]} or {other} at the probe sizes "
+                            f"({', '.join(str(s) for s in seen)}); it cannot stay symbolic.",
+                            sizes)
+    return size_forms.to_dace(found[0], symbols)
 
 
 def _same_program(base, others, names):

@@ -15,6 +15,7 @@ from workbench.ops.accumulate import mapped_reduction, parallel
 from workbench.ops.reduce import refuse_float16
 from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
 from workbench.ops.simd import substitute
+from workbench.ops.symbolic_sizes import cpp_size, maybe
 from workbench.ops.window import (image_ranges, padded_input, ranges, row_map, sliding_window,
                                   spatial_vars)
 
@@ -71,7 +72,7 @@ def _depthwise_2d(call, w_pos: int = 1) -> bool:
     ys = call.shape(call.output(0))
     # one-element memlets become scalars in C++: keep rows and tap lists longer than 1
     return (len(xs) == 4 and ws[1] == 1 and call.attr("group", 1) == xs[1] == ws[0]
-            and 0 not in ys and ys[3] > 1 and ws[2] * ws[3] > 1)
+            and 0 not in ys and maybe(ys[3] > 1) and ws[2] * ws[3] > 1)
 
 
 def conv_depthwise_rows(call):
@@ -96,7 +97,7 @@ def depthwise_rows(call, sdfg, state, acc: str, w_pos: int = 1, b_pos: int = 2,
     src = padded_input(sdfg, state, x, xs, win, str(x_zero))
     (kh, kw), (sh, sw), (dh, dw) = ws[2:], win.strides, win.dilations
     hp, wp = win.padded_shape()
-    ctype, wo = sdfg.arrays[acc].dtype.ctype, ys[3]
+    ctype, wo = sdfg.arrays[acc].dtype.ctype, cpp_size(ys[3])
     zero, zero_reads = w_zero or ("0", {})
     tap, value = f"taps[ky * {kw} + kx]", f"row[j_ * {sw}]"
     if w_zero is not None or x_zero:
@@ -106,7 +107,8 @@ def depthwise_rows(call, sdfg, state, acc: str, w_pos: int = 1, b_pos: int = 2,
             f"for (int ky = 0; ky < {kh}; ++ky)\n"
             f"  for (int kx = 0; kx < {kw}; ++kx) {{\n"
             f"    const {ctype} f = {tap};\n"
-            f"    const {sdfg.arrays[src].dtype.ctype}* row = rows + ky * {dh * wp} + kx * {dw};\n"
+            f"    const {sdfg.arrays[src].dtype.ctype}* row = rows + ky * {cpp_size(dh * wp)}"
+            f" + kx * {dw};\n"
             f"    #pragma omp simd\n"
             f"    for (int j_ = 0; j_ < {wo}; ++j_) out[j_] += f * {value};\n"
             f"  }}")
@@ -116,7 +118,7 @@ def depthwise_rows(call, sdfg, state, acc: str, w_pos: int = 1, b_pos: int = 2,
     if b is not None:
         inputs["bias"] = dace.Memlet(f"{b}[m]")
     _, entry, _ = mapped_tasklet(state, "depthwise", image_ranges(ys, ["o0"], ys[2:3], "m"),
-                                 inputs, code, {"out": dace.Memlet(f"{acc}[n, m, o0, 0:{wo}]")},
+                                 inputs, code, {"out": dace.Memlet(f"{acc}[n, m, o0, 0:{ys[3]}]")},
                                  language=dace.Language.CPP)
     entry.map.collapse = 3
 

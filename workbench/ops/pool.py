@@ -13,6 +13,7 @@ import numpy as np
 from workbench.ops.accumulate import mapped_reduction, parallel
 from workbench.ops.reduce import refuse_float16
 from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet, np_dtype
+from workbench.ops.symbolic_sizes import cpp_size, maybe, surely
 from workbench.ops.window import (image_ranges, padded_input, ranges, sliding_window,
                                   spatial_vars)
 
@@ -212,22 +213,24 @@ def global_pool(call):
     rows, cols = xs[0] * xs[1], math.prod(xs[2:])
     # Indexed in X's own shape: DaCe 1.0.2 cannot inline a reshaped connector here
     sdfg, state = connector_sdfg(call, "global_pool")
-    if rows == 0:
+    if surely(rows == 0):
         return sdfg
     spatial = ", ".join(["n", "c"] + [f"0:{d}" for d in xs[2:]])
     first = ", ".join(["n", "c"] + ["0" for _ in xs[2:]])
     ctype = call.dtype(x).ctype
-    if cols == 0:
+    if surely(cols == 0):
         code = "out = 0;" if call.op_type == "GlobalAveragePool" else "out = -INFINITY;"
     elif call.op_type == "GlobalAveragePool":
         code = (f"{ctype} acc = 0;\n#pragma omp simd reduction(+:acc)\n"
-                f"for (int j_ = 0; j_ < {cols}; ++j_) acc += row[j_];\nout = acc / {cols};")
+                f"for (int j_ = 0; j_ < {cpp_size(cols)}; ++j_) acc += row[j_];\n"
+                f"out = acc / {cpp_size(cols)};")
     else:
-        code = (f"{ctype} acc = row[0];\nfor (int j_ = 1; j_ < {cols}; ++j_)\n"
+        code = (f"{ctype} acc = row[0];\nfor (int j_ = 1; j_ < {cpp_size(cols)}; ++j_)\n"
                 f"  acc = (row[j_] > acc || row[j_] != row[j_] || acc != acc) ? "
                 f"(acc != acc ? acc : row[j_]) : acc;\nout = acc;")
-    inputs = {"row": dace.Memlet(f"{x}[{spatial}]")} if cols > 1 else {}
-    if cols == 1:
+    # a row of a symbolic length is a pointer, also at a length of 1
+    inputs = {"row": dace.Memlet(f"{x}[{spatial}]")} if maybe(cols > 1) else {}
+    if surely(cols == 1):
         inputs, code = {"v": dace.Memlet(f"{x}[{first}]")}, "out = v;"
     _, entry, _ = mapped_tasklet(state, "global_pool", {"n": f"0:{xs[0]}", "c": f"0:{xs[1]}"},
                                  inputs, code, {"out": dace.Memlet(f"{y}[{first}]")},

@@ -37,12 +37,18 @@ def maybe(condition) -> bool:
 
 
 def _sizes_at_least_one(condition):
-    """``condition`` with every symbol s written 1 + t, t a non-negative integer, so that
-    sympy can decide what holds for every size of at least 1."""
+    """``condition`` with every symbol s written 1 + t, t a non-negative integer, and each
+    ``int_floor(a, b)`` of a non-negative ``a`` (a size after a strided window) a
+    non-negative integer of its own, so that sympy can decide what holds for every size
+    of at least 1."""
     import sympy
-    return condition.subs({s: 1 + sympy.Symbol(f"{s.name}_above_one", integer=True,
-                                                 nonnegative=True)
-                           for s in condition.free_symbols})
+    from dace.symbolic import int_floor
+    out = condition.subs({s: 1 + sympy.Symbol(f"{s.name}_above_one", integer=True,
+                                                nonnegative=True)
+                          for s in condition.free_symbols})
+    floors = {f: sympy.Dummy(integer=True, nonnegative=True) for f in out.atoms(int_floor)
+              if f.args[0].is_nonnegative and f.args[1].is_positive}
+    return out.xreplace(floors)
 
 
 # the size every symbol stands at where only an order of magnitude matters (a loop order)
@@ -60,12 +66,14 @@ def typical(value) -> int:
 
 def cpp_size(value) -> str:
     """A size written into C++ code: an int, or a symbolic expression in C++ syntax
-    (DaCe's printer: ``4*seq**2`` is Python, not C++)."""
+    (DaCe's printer: ``4*seq**2`` is Python, not C++), in parentheses unless it is one
+    symbol: ``s / {n}`` with ``n`` the product ``H*W`` must divide by both."""
     try:
         return str(int(value))
     except TypeError:
         from dace.symbolic import symstr
-        return symstr(value)
+        text = symstr(value)
+        return text if getattr(value, "is_Symbol", False) else f"({text})"
 
 
 def broadcast_dim(x, z):

@@ -33,7 +33,7 @@ class Window:
 
     def padded_shape(self) -> tuple:
         """Extent of the padded input that every window position stays inside."""
-        return tuple(max(i + b, (o - 1) * s + (k - 1) * d + 1)
+        return tuple(_larger(i + b, (o - 1) * s + (k - 1) * d + 1)
                      for i, b, o, s, k, d in zip(self.in_shape, self.begin, self.out_shape,
                                                  self.strides, self.kernel, self.dilations))
 
@@ -50,6 +50,17 @@ class Window:
             lo, hi = (0, b + n + e) if include_pad else (b, b + n)
             terms.append(f"({tap} >= {lo}) and ({tap} < {hi})")
         return " and ".join(terms) or "True"
+
+
+def _larger(a, b):
+    """max(a, b) of sizes: decided at import where it can be; a symbolic size after a
+    strided window (``int_floor``) may not order, and the generated code then takes the
+    larger."""
+    try:
+        return max(a, b)
+    except TypeError:
+        import sympy
+        return sympy.Max(a, b)
 
 
 def sliding_window(call, x_shape, y_shape, kernel) -> Window:
