@@ -29,6 +29,7 @@ from transforms.layout.views import data_input, data_output, is_row_major, row_m
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.cache_append import OP_TYPE
 from workbench.ops.elementwise import ELEMENTWISE
+from workbench.ops.index_maps import size_of
 from workbench.ops.node import OnnxOp
 from workbench.transformation_api import Refusal, register
 
@@ -152,9 +153,7 @@ class CacheInPlace(OperatorTransformation):
         past, new, out, axis, capacity, strides, views = plan
         full = list(sdfg.arrays[out.data].shape)
         full[axis] = capacity
-        total = 1
-        for n in full:
-            total *= n
+        total = size_of(full)
         for name in (past.data, out.data):
             desc = sdfg.arrays[name]
             desc.strides, desc.total_size, desc.may_alias = strides, total, True

@@ -9,6 +9,7 @@ two buffers gets the past rows copied first, so the op means Concat either way.
 """
 import dace
 
+from workbench.ops.index_maps import size_of
 from workbench.ops.registry import implements, moves_inside
 from workbench.ops.symbolic_sizes import cpp_size
 
@@ -33,9 +34,7 @@ def cache_append(call):
     past, new, present = call.input(0), call.input(1), call.output(0)
     p, x, y = call.inputs[past], call.inputs[new], call.outputs[present]
     axis = int(call.attr("axis"))
-    row = 1
-    for n in y.shape[axis + 1:]:
-        row *= n
+    row = size_of(y.shape[axis + 1:])
     s, n = p.shape[axis], x.shape[axis]
     rows = cpp_size(y.strides[axis])
     sdfg = dace.SDFG(f"cache_append_{call.name}"[:60].replace("/", "_"))
@@ -73,10 +72,7 @@ def appended_bytes(call):
     """The new rows, written once: the data-movement figure counts neither the past
     connector (the buffer is shared) nor the whole present one (``analysis/movement``)."""
     x = call.inputs[call.input(1)]
-    size = 1
-    for n in x.shape:
-        size *= n
-    return size * x.dtype.bytes
+    return size_of(x.shape) * x.dtype.bytes
 
 
 def cache_connectors(node) -> tuple:
