@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import workbench
-from workbench.importer.symbolic import NotSymbolic
+from workbench.importer.symbolic import NotSymbolic, shape_json
 
 
 def _symbolic_batch(model: str, path):
@@ -265,12 +265,17 @@ def test_vit_at_a_fixed_image_size_serves_every_batch_from_one_build(recipe):
     assert len(builds) == 1
 
 
-def test_a_size_that_is_not_a_linear_form_is_refused_naming_the_tensor(tmp_path):
-    """A stride-2 convolution over a symbolic length gives (frames - 1) // 2 + 1 frames."""
+def test_a_size_after_a_stride_stays_symbolic():
+    """A stride-2 convolution over a symbolic length gives (frames - 1) // 2 + 1 frames:
+    a form of the model's symbolic shape inference, fitted by the probes
+    (``tests/test_symbolic_windows.py`` has the real models)."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, "frames"])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, "half"])
     w = helper.make_tensor("w", TensorProto.FLOAT, [2, 2, 3], [0.1] * 12)
     model = _graph([helper.make_node("Conv", ["x", "w"], ["y"], strides=[2], pads=[1, 1])],
                    [x], [y], [w])
-    with pytest.raises(NotSymbolic, match="whole multiple of frames"):
-        workbench.open(model, symbolic=["frames"])
+    ws = workbench.open(model, symbolic=["frames"])
+    assert shape_json(ws.model.outputs[0].shape) == [1, 2, "((frames - 1)//2) + 1"]
+    for frames in (4, 9):
+        report = ws.verify(sizes={"frames": frames})
+        assert report.match and report.outputs[0].shape == [1, 2, (frames + 1) // 2]

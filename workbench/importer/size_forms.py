@@ -93,7 +93,8 @@ def _flatten(expr, symbols):
         num, den = sympy.fraction(sympy.together(expr.args[0]))
         if not den.is_Integer or den <= 0 or not _whole(num, symbols):
             return expr
-        expr = sympy.floor((num + den - 1) / den)
+        # sympy takes whole terms out of the floor: flatten what it leaves
+        return _flatten(sympy.floor((num + den - 1) / den), symbols)
     if not isinstance(expr, sympy.floor):
         return expr
     arg = sympy.expand(expr.args[0])
@@ -182,12 +183,13 @@ def fits(names, probes, seen, candidates, linear_fit) -> list:
 
 
 def where_differ(a, b, names, base: dict):
-    """Sizes (name -> int) at which ``a`` and ``b`` differ, each symbol moved in turn from
-    ``base`` up to SAME_UP_TO; None when they agree there (the same function for any
-    model this importer takes: a divisor above it would need a larger input)."""
+    """Sizes (name -> int) at which ``a`` and ``b`` differ, the nearest above ``base``
+    (the probes' base: small sizes leave a CNN no rows, where forms meet 0), each symbol
+    moved in turn up to SAME_UP_TO sizes; None when they agree there (the same function
+    for any model this importer takes: a divisor above it would need a larger input)."""
     fa, fb = _numeric(a, names), _numeric(b, names)
     for n in names:
-        for v in range(1, SAME_UP_TO + 1):
+        for v in range(base[n] + 1, base[n] + SAME_UP_TO + 1):
             sizes = [v if m == n else base[m] for m in names]
             if fa(*sizes) != fb(*sizes):
                 return dict(zip(names, sizes))

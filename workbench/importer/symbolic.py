@@ -405,11 +405,21 @@ def is_symbolic(shape) -> bool:
 
 
 def dim_text(dim) -> str:
-    """A size as people write it: its expression with the dims' own names."""
+    """A size as people write it: its expression with the dims' own names, a floor
+    division as ``((frames - 1)//2)`` (Python reads it too: an export's ``run.py``)."""
     if not is_symbolic([dim]):
         return str(int(dim))
     expr = dim if isinstance(dim, sympy.Basic) else sympy.sympify(dim)
-    return str(expr.subs({s: sympy.Symbol(user_name(str(s))) for s in expr.free_symbols}))
+    return _SizePrinter().doprint(
+        expr.subs({s: sympy.Symbol(user_name(str(s))) for s in expr.free_symbols}))
+
+
+class _SizePrinter(sympy.printing.str.StrPrinter):
+    def _print_int_floor(self, expr):
+        return f"(({self._print(expr.args[0])})//{self._print(expr.args[1])})"
+
+    def _print_int_ceil(self, expr):
+        return f"(-(-({self._print(expr.args[0])})//{self._print(expr.args[1])}))"
 
 
 def shape_json(shape) -> list:
