@@ -126,9 +126,34 @@ def program_order(state) -> list:
     return list(dfs_topological_sort(state))
 
 
+_KEPT = (dace.AllocationLifetime.Persistent, dace.AllocationLifetime.Global)
+
+
 def init_sized(sdfg) -> bool:
     """Whether the program's initialization allocates a buffer whose size is symbolic: a
     caller that changes the sizes must initialize it again (exported run.py, generate)."""
-    kept = (dace.AllocationLifetime.Persistent, dace.AllocationLifetime.Global)
-    return any(desc.lifetime in kept and dace.symbolic.issymbolic(desc.total_size)
-               for owner in sdfg.all_sdfgs_recursive() for desc in owner.arrays.values())
+    return bool(_init_sizes(sdfg))
+
+
+def _init_sizes(sdfg) -> list:
+    return [desc.total_size for owner in sdfg.all_sdfgs_recursive()
+            for desc in owner.arrays.values()
+            if desc.lifetime in _KEPT and dace.symbolic.issymbolic(desc.total_size)]
+
+
+def init_covers(sdfg, symbol: str, upto: int) -> bool:
+    """Whether every buffer the initialization allocates with ``symbol`` at ``upto`` is
+    at least as large as at each size from 1 to ``upto``, and sized by no other symbol:
+    the program may then be initialized once at ``upto`` and called at every size up to
+    it (a decoding loop, whose past length moves every step)."""
+    import sympy
+    numeric = {"int_floor": lambda a, b: a // b, "int_ceil": lambda a, b: -(-a // b)}
+    for size in _init_sizes(sdfg):
+        if {str(s) for s in size.free_symbols} != {symbol}:
+            return False
+        sym = next(iter(size.free_symbols))
+        f = sympy.lambdify([sym], size, modules=[numeric, "math"])
+        top = f(upto)
+        if any(f(v) > top for v in range(1, upto + 1)):
+            return False
+    return True

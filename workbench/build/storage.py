@@ -56,11 +56,16 @@ def runs_once_per_call(sdfg, state, node) -> bool:
 def persistent_candidates(sdfg, nested_only: bool = False) -> list:
     """(owning SDFG, array name) of transient arrays of static size, on the heap, with
     the default (per-use) lifetime, every access of which runs once per call (a buffer
-    inside a parallel map is private to each iteration; a shared one would race)."""
+    inside a parallel map is private to each iteration; a shared one would race). In the
+    program itself a size of its symbols is taken too: the initialization takes the
+    symbols, and every caller initializes again at another size (``init_sized``)."""
     out = []
     for owner in sdfg.all_sdfgs_recursive():
         if nested_only and owner is sdfg:
             continue
+        # a nested program's symbols are expressions of the caller's, unknown at init
+        static = owner.constants if owner is not sdfg else {
+            **owner.constants, **{s: 1 for s in sdfg.free_symbols}}
         accesses = {}
         for state in owner.states():
             for access in state.data_nodes():
@@ -68,7 +73,7 @@ def persistent_candidates(sdfg, nested_only: bool = False) -> list:
         for name, desc in owner.arrays.items():
             if (type(desc) is not data.Array or not desc.transient or desc.storage not in _HEAP
                     or desc.lifetime != dtypes.AllocationLifetime.Scope
-                    or symbolic.issymbolic(desc.total_size, owner.constants)
+                    or symbolic.issymbolic(desc.total_size, static)
                     or name not in accesses):
                 continue
             if all(runs_once_per_call(owner, state, access) for state, access in accesses[name]):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workbench.analysis.memory import init_sized
+from workbench.analysis.memory import init_covers, init_sized
 from workbench.errors import BadInputError
 from workbench.importer.symbolic import internal_name
 from workbench.runtime.greedy import greedy
@@ -220,13 +220,17 @@ def _loop_in_worker(decoder, plan, prompt, tokens, first, cache, past=None,
     sdfg = {i.onnx_name: i.sdfg_name for i in (*decoder.inputs, *decoder.outputs)}
     logits = next(o for o in decoder.outputs if o.onnx_name == plan.logits)
     symbol = internal_name(plan.symbol)
+    # initialized once for the longest past when no buffer it sizes shrinks as the past
+    # grows; else again at every step (an initialization may pack weights: slow)
+    sized = init_sized(build.sdfg)
+    once = sized and init_covers(build.sdfg, symbol, capacity)
     reply = isolated.decode(
         build, args, {sdfg[p]: sdfg[q] for p, q in plan.caches.items()},
         constant=decoder.model.weights.keys(), step=decoder._step_text(),
         token=sdfg[plan.token], position=sdfg.get(plan.position), logits=sdfg[plan.logits],
         vocab=int(logits.shape[-1]), first=first[0], past=past, steps=tokens - 1,
         symbols=[symbol] if symbol in build.compiled._sig else [],
-        reinit=init_sized(build.sdfg), forced=forced)
+        reinit=sized and not once, init_at=capacity if once else None, forced=forced)
     rows = [first[1]] + (list(reply["logits"]) if reply["logits"] is not None else [])
     if first[1] is None:   # the first token was fed, not predicted
         rows[0] = np.full_like(rows[1], np.nan)

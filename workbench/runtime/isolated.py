@@ -70,9 +70,10 @@ def decode(build, args: dict, shared: dict, constant=(), timeout: float = None,
     of ``build``: ``args`` as for ``call``, the names in ``shared`` (input -> output) given
     one buffer (``args[input]`` is passed for both; the program must let them alias, as
     CacheInPlace's do). ``loop``: token, position (SDFG names), logits, vocab, first, past,
-    steps, symbols (their names), reinit, forced (the tokens fed after the first ones,
-    whatever the logits say: a prompt read token by token). Returns the worker's reply:
-    tokens, logits, samples_ms."""
+    steps, symbols (their names), reinit (initialize again at every step), init_at (the
+    past length to initialize at once, before the loop), forced (the tokens fed after the
+    first ones, whatever the logits say: a prompt read token by token). Returns the
+    worker's reply: tokens, logits, samples_ms."""
     return _WORKER.decode(build, args, dict(shared), set(constant),
                           DEFAULT_TIMEOUT_S if timeout is None else timeout, cancel, step, loop)
 
@@ -206,7 +207,7 @@ class _Worker:
                        "vocab": loop["vocab"], "first": loop["first"], "past": loop["past"],
                        "steps": loop["steps"], "symbols": symbols, "init": loop["symbols"],
                        "forced": list(loop.get("forced", ())),
-                       "reinit": loop.get("reinit", False)}
+                       "reinit": loop.get("reinit", False), "init_at": loop.get("init_at")}
                 return self._ask(msg, timeout * max(loop["steps"], 1), cancel, what)
             finally:
                 if key in self.programs:

@@ -122,6 +122,11 @@ class _Program:
         positions = array(msg["position"], np.int64) if msg.get("position") else None
         logits = array(msg["logits"], msg["logits_dtype"]).reshape(-1, msg["vocab"])
 
+        if msg.get("init_at") is not None:   # buffers sized for the longest past, once
+            self._exit(self.state)
+            self.state = ctypes.c_void_p(self._init(*[ctypes.c_int64(msg["init_at"])
+                                                      for _ in msg["init"]]))
+
         def prepare(token, past):
             token_ids[:] = token
             if positions is not None:
