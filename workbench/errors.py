@@ -33,6 +33,10 @@ class ShapeError(BadInputError):
     """Some tensor shape cannot be made static."""
 
 
+class NotSymbolic(ShapeError):
+    """The model does not import as one program for every size of its symbols."""
+
+
 class UnsupportedOpError(BadInputError):
     """One or more ONNX nodes have no implementation.
 

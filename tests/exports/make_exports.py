@@ -13,9 +13,9 @@ stays small; ``--full`` writes the same classes at their published sizes
 (ResNet-18, MobileNetV2, EfficientNet-B0, SqueezeNet 1.1, ViT-tiny, BERT-tiny,
 one BERT-base layer, GPT-2 with an attention mask, U-Net, DenseNet-121, T5-small's
 encoder, Whisper-tiny's audio encoder, a Llama-style decoder) into
-``$WORKBENCH_CACHE/zoo-full/``, never committed (``zoo:NAME-full`` opens them). They are exported with the legacy
-TorchScript exporter at opset 17 (``dynamo=False``), except the Llama-style
-decoder, which takes torch's default exporter (``dynamo=True``, opset 20, needs
+``$WORKBENCH_CACHE/zoo-full/``, never committed (``zoo:NAME-full`` opens them). They
+are exported with the legacy TorchScript exporter at opset 17 (``dynamo=False``),
+except the Llama-style decoder, which takes torch's default exporter (``dynamo=True``, opset 20, needs
 onnxscript), seeded and in eval mode, so the files carry what such
 exports really carry: Identity nodes, Shape->Gather->Unsqueeze->Concat
 ->Reshape chains, ConstantOfShape/Equal/Where/Expand around ``expand``,

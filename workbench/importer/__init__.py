@@ -128,7 +128,7 @@ def _import_symbolic(source, input_shapes, name, prefer_blas, fold, progress, me
                                                progress, memory_budget, imports, unfolded)
         try:
             out = symbolic.generalize(names, probes, imports, forms)
-        except symbolic.Ambiguous as e:   # one more probe, where the two forms differ
+        except size_forms.Ambiguous as e:   # one more probe, where the two forms differ
             if len(extra) >= symbolic.MAX_ROUNDS or e.sizes in probes:
                 raise
             extra.append(e.sizes)

@@ -15,6 +15,8 @@ floor/ceiling of a linear form over an integer; each floor becomes DaCe's
 ``int_floor`` (C++ integer division on the generated side; the sizes are positive)."""
 import sympy
 
+from workbench.errors import NotSymbolic
+
 # every size from 1 to this, each symbol in turn: two forms that agree there are the same
 # function for any model this importer takes (a divisor above it would need a larger input)
 SAME_UP_TO = 4096
@@ -22,7 +24,7 @@ SAME_UP_TO = 4096
 
 class Forms:
     """``forms`` of the model ``make_model()`` makes, found on the first call; ``used``:
-    whether a dimension was fitted with one (``symbolic._fit_form`` sets it)."""
+    whether a dimension was fitted with one (``fit_form`` sets it)."""
 
     def __init__(self, make_model, names):
         self.make_model, self.names, self.used = make_model, tuple(names), False
@@ -219,3 +221,45 @@ def to_dace(expr, symbols: dict):
         return plain.get(e, e)
     return convert(expr)
 
+
+class Ambiguous(NotSymbolic):
+    """Two forms of the model fit a dimension at the probes; ``sizes``: where they
+    differ, the next probe."""
+
+    def __init__(self, message, sizes):
+        super().__init__(message)
+        self.sizes = sizes
+
+
+def fit_form(names, probes, seen, symbols, forms, what, error, linear_fit):
+    """``c * form + linear`` for a dimension ``linear_fit`` (``symbolic._fit``) refused;
+    ``error`` again when no form of the model fits, Ambiguous when two fit and differ."""
+    plain = {n: sympy.Symbol(n, integer=True, positive=True) for n in names}
+
+    def linear(residuals):
+        try:
+            return linear_fit(names, probes, residuals, plain, what)
+        except NotSymbolic:
+            return None
+    found = fits(names, probes, seen, forms() if forms else [], linear)
+    if found and hasattr(forms, "used"):
+        forms.used = True
+    if not found:
+        raise error
+    for other in found[1:]:
+        sizes = where_differ(found[0], other, names, probes[0])
+        if sizes is not None:
+            raise Ambiguous(f"{what} is {found[0]} or {other} at the probe sizes "
+                            f"({', '.join(str(s) for s in seen)}); it cannot stay symbolic.",
+                            sizes)
+    return to_dace(found[0], symbols)
+
+
+class SizePrinter(sympy.printing.str.StrPrinter):
+    """``int_floor(a, b)`` as ``((a)//b)``, ``int_ceil`` as ``(-(-(a)//b))``: Python."""
+
+    def _print_int_floor(self, expr):
+        return f"(({self._print(expr.args[0])})//{self._print(expr.args[1])})"
+
+    def _print_int_ceil(self, expr):
+        return f"(-(-({self._print(expr.args[0])})//{self._print(expr.args[1])}))"

@@ -36,7 +36,7 @@ import dace
 import numpy as np
 import sympy
 
-from workbench.errors import ShapeError
+from workbench.errors import NotSymbolic, ShapeError  # noqa: F401 (NotSymbolic: its home)
 
 # (op type, input position) of shape inputs an operator never reads when it expands: its
 # output array's shape says it all (``workbench/ops/movement.py``; Slice's ends where the
@@ -113,10 +113,6 @@ def _from_sizes(graph, name) -> set:
     return out
 
 
-class NotSymbolic(ShapeError):
-    """The model does not import as one program for every size of its symbols."""
-
-
 @functools.lru_cache(maxsize=None)
 def internal_name(name: str) -> str:
     """The SDFG's name for the dim ``name``: itself, or ``name_`` where DaCe's parser
@@ -183,7 +179,8 @@ def generalize(names, probes: list, imports: list, forms=None):
             try:
                 dims.append(_fit(names, probes, seen, symbols, what))
             except NotSymbolic as e:
-                dims.append(_fit_form(names, probes, seen, symbols, forms, what, e))
+                from workbench.importer.size_forms import fit_form
+                dims.append(fit_form(names, probes, seen, symbols, forms, what, e, _fit))
         shapes[array] = tuple(dims)
     for n, sym in symbols.items():
         if str(sym) in sdfg.arrays:
@@ -226,40 +223,6 @@ def _fit(names, probes, seen, symbols, what):
                               f"({', '.join(str(s) for s in seen)} at the probe sizes); it "
                               f"cannot stay symbolic.")
     return expr
-
-
-class Ambiguous(NotSymbolic):
-    """Two forms of the model fit a dimension at the probes; ``sizes``: where they
-    differ, the next probe."""
-
-    def __init__(self, message, sizes):
-        super().__init__(message)
-        self.sizes = sizes
-
-
-def _fit_form(names, probes, seen, symbols, forms, what, error):
-    """``c * form + linear`` for a dimension ``_fit`` refused (``size_forms``); ``error``
-    again when no form of the model fits."""
-    from workbench.importer import size_forms
-    plain = {n: sympy.Symbol(n, integer=True, positive=True) for n in names}
-
-    def linear(residuals):
-        try:
-            return _fit(names, probes, residuals, plain, what)
-        except NotSymbolic:
-            return None
-    found = size_forms.fits(names, probes, seen, forms() if forms else [], linear)
-    if found and hasattr(forms, "used"):
-        forms.used = True
-    if not found:
-        raise error
-    for other in found[1:]:
-        sizes = size_forms.where_differ(found[0], other, names, probes[0])
-        if sizes is not None:
-            raise Ambiguous(f"{what} is {found[0]} or {other} at the probe sizes "
-                            f"({', '.join(str(s) for s in seen)}); it cannot stay symbolic.",
-                            sizes)
-    return size_forms.to_dace(found[0], symbols)
 
 
 def _same_program(base, others, names):
@@ -410,16 +373,9 @@ def dim_text(dim) -> str:
     if not is_symbolic([dim]):
         return str(int(dim))
     expr = dim if isinstance(dim, sympy.Basic) else sympy.sympify(dim)
-    return _SizePrinter().doprint(
+    from workbench.importer.size_forms import SizePrinter
+    return SizePrinter().doprint(
         expr.subs({s: sympy.Symbol(user_name(str(s))) for s in expr.free_symbols}))
-
-
-class _SizePrinter(sympy.printing.str.StrPrinter):
-    def _print_int_floor(self, expr):
-        return f"(({self._print(expr.args[0])})//{self._print(expr.args[1])})"
-
-    def _print_int_ceil(self, expr):
-        return f"(-(-({self._print(expr.args[0])})//{self._print(expr.args[1])}))"
 
 
 def shape_json(shape) -> list:
