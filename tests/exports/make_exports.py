@@ -15,8 +15,8 @@ one BERT-base layer, GPT-2 with an attention mask, U-Net, DenseNet-121, T5-small
 encoder, Whisper-tiny's audio encoder, a Llama-style decoder) into
 ``$WORKBENCH_CACHE/zoo-full/``, never committed (``zoo:NAME-full`` opens them). They
 are exported with the legacy TorchScript exporter at opset 17 (``dynamo=False``),
-except the Llama-style decoder, which takes torch's default exporter (``dynamo=True``, opset 20, needs
-onnxscript), seeded and in eval mode, so the files carry what such
+except the Llama-style decoder, which takes torch's default exporter
+(``dynamo=True``, opset 20, needs onnxscript), seeded and in eval mode, so the files carry what such
 exports really carry: Identity nodes, Shape->Gather->Unsqueeze->Concat
 ->Reshape chains, ConstantOfShape/Equal/Where/Expand around ``expand``,
 Gemm heads after Flatten, Clip as ReLU6, Sigmoid*Mul as SiLU, BERT's
