@@ -46,8 +46,12 @@ def pool_desc(call) -> onednn.PoolDesc:
         reach = (ys[2 + i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1
         try:
             needed = max(reach - xs[2 + i] - begin[i], 0)
-        except TypeError:   # sympy: the sign changes with a symbolic size
-            raise call.fail("a pool whose end pad depends on a symbolic size") from None
+        except TypeError:   # sympy: the sign changes with the size (its parity, after strides)
+            if include_pad:
+                raise call.fail("an AveragePool counting pads whose end pad depends on a "
+                                "symbolic size") from None
+            import sympy
+            needed = sympy.Max(reach - xs[2 + i] - begin[i], 0)   # set on each call
         if needed != end[i] and include_pad:
             raise call.fail("an AveragePool counting pads with ceil_mode windows past the pads")
         size(d, "pad_r", needed, i)
