@@ -161,7 +161,10 @@ def test_verify_sizes_from_the_command_line(tmp_path):
 _PROGRAMS = [("mlp", "batch", {}), ("zoo:resnet", "batch", {}),
              ("zoo:bert", "batch", {"sequence": 16}), ("zoo:t5_encoder", "sequence", {"batch": 1}),
              # a decode step whose past length is symbolic: its KV caches (CacheInPlace)
-             (str(Path(__file__).parent / "exports" / "llama_decode.onnx"), "past", {})]
+             (str(Path(__file__).parent / "exports" / "llama_decode.onnx"), "past", {}),
+             # a Transpose an element-wise Add reads (FoldTransposeIntoConsumer)
+             (str(Path(__file__).parent / "exports" / "whisper_encoder.onnx"), "frames",
+              {"batch": 1})]
 
 
 # what a transformation needs applied before it matches

@@ -41,6 +41,7 @@ def permuted_strides(sdfg, node, src) -> tuple:
 class FoldTransposeIntoConsumer(OperatorTransformation):
     level = "layout"
     name = "FoldTransposeIntoConsumer"
+    symbolic = True   # verified at several sizes: tests/test_symbolic.py
     description = "Let element-wise readers of a Transpose read its input through strides (no copy)"
     op_types = {"Transpose"}
     refusal = "{node.onnx_name} can no longer be read in place"
