@@ -107,6 +107,10 @@ MODELS = [
             "(ONNX If)"),
     _export("t5_encoder", "T5 encoder (RMS norms, relative position bias, padded mask), two "
             "layers, 16 tokens", _TEXT),
+    _export("whisper_encoder", "Whisper's audio encoder (HuggingFace's structure: stride-2 "
+            "Conv stem, learned positions, pre-norm blocks), two layers, 64 frames "
+            "(--symbolic frames keeps ((frames - 1)//2) + 1 positions a symbol)",
+            {"batch": 1, "frames": 64}),
     _export("llama", "Llama-style decoder (RMS norms, rotary, grouped-query attention, SwiGLU, "
             "causal), two layers, 16 tokens, dynamo exporter (opset 20)"),
     _quantized("resnet_qdq", "resnet quantized by onnxruntime: static QDQ int8, per channel"),
@@ -130,6 +134,8 @@ MODELS = [
     _full("densenet", "DenseNet-121, 224x224"),
     _full("t5_encoder", "T5-small's encoder (6 layers, hidden 512, 8 heads), 128 tokens",
           _TEXT_FULL),
+    _full("whisper_encoder", "Whisper-tiny's audio encoder (4 layers, hidden 384, 6 heads), "
+          "3000 frames (30 s of audio)", {"batch": 1, "frames": 3000}),
     _full("llama", "Llama-style decoder (4 layers, hidden 512, 8 heads, 2 KV heads, vocab "
           "32000), 128 tokens, dynamo exporter (opset 20)"),
     _full("llama_decode", "one decode step of that decoder (vocab 32000): a token and each "
