@@ -282,3 +282,24 @@ def test_a_size_after_a_stride_stays_symbolic():
     for frames in (4, 9):
         report = ws.verify(sizes={"frames": frames})
         assert report.match and report.outputs[0].shape == [1, 2, (frames + 1) // 2]
+
+
+def test_a_value_known_at_one_probe_size_only_is_read_at_run_time():
+    """Whisper-tiny adds the first rows of its position table: a value the importer knows,
+    recorded on the Add while small (7 rows of 512) and not at larger sizes; the Add reads
+    it at run time (this was refused as 'other constant inputs')."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", 512])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", 512])
+    table = helper.make_tensor("table", TensorProto.FLOAT, [100, 512],
+                               np.random.default_rng(0).standard_normal(51200).tolist())
+    model = _graph([
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "zero1"], ["end"]),
+        helper.make_node("Slice", ["table", "zero1", "end", "zero1"], ["first"]),
+        helper.make_node("Add", ["x", "first"], ["y"])],
+        [x], [y], [table, helper.make_tensor("zero", TensorProto.INT64, [], [0]),
+                   helper.make_tensor("zero1", TensorProto.INT64, [1], [0])])
+    ws = workbench.open(model, symbolic=["rows"])
+    for rows in (3, 9, 40):
+        assert ws.verify(sizes={"rows": rows}).match, rows

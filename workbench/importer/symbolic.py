@@ -240,10 +240,14 @@ def _same_program(base, others, names):
             raise NotSymbolic(f"the model folds to another graph {what}; it cannot be one "
                               f"program for every size.")
         for node, (_, a), (_, b) in zip(ref["ops"], ref["consts"], got["consts"]):
-            if a.keys() != b.keys():
-                raise NotSymbolic(f"{node.op_type} {node.onnx_name} has other constant inputs "
-                                  f"{what}; it cannot be one program for every size.")
-            for k in a:
+            for k in a.keys() ^ b.keys():   # a value known at one size only (kept if small)
+                if _input_array(base.sdfg, node, k) in (None, *base.weights):
+                    raise NotSymbolic(f"{node.op_type} {node.onnx_name} has other constant "
+                                      f"inputs {what}; it cannot be one program for every "
+                                      f"size.")
+                if k in a:   # the program computes it: the operator reads it at run time
+                    varying.add((node, k))
+            for k in a.keys() & b.keys():
                 if not np.array_equal(a[k], b[k]):
                     source = _input_array(base.sdfg, node, k)
                     if source in base.weights:
