@@ -3,7 +3,7 @@
 
 The initialization takes the symbols; every caller starts the program again at another
 size (the session's worker loads it per size, a program called in this process is
-finalized first: ``runtime.benchmark.initialized_for``), and a decoding loop starts it
+finalized first: ``runtime.in_process.initialized_for``), and a decoding loop starts it
 once at its longest past when no buffer shrinks as the past grows
 (``analysis.memory.init_covers``)."""
 import dace

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from workbench.errors import BadInputError
+from workbench.runtime.in_process import initialized_for
 from workbench.runtime.reference import ort_session
 from workbench.runtime.threads import set_threads
 
@@ -81,23 +82,6 @@ def _program_runner(ws, build, inputs):
     else:                                            # DaCe 1.0.2
         call_args = compiled._construct_args(args)
     return lambda held=args: compiled.fast_call(*call_args)
-
-
-def initialized_for(build, args: dict) -> None:
-    """Before ``build``'s program runs in this process on ``args``: a program whose
-    initialization allocates buffers sized by its symbols (``init_sized``) and that was
-    initialized at other sizes is finalized, so that its next call initializes it at
-    these (DaCe initializes a compiled program once, on its first call)."""
-    from workbench.analysis.memory import init_sized
-    compiled = build.compiled
-    names = sorted(getattr(compiled, "_free_symbols", ()) or ())
-    sizes = tuple((n, int(args[n])) for n in names if n in args)
-    if not sizes or not init_sized(build.sdfg):
-        return
-    if getattr(compiled, "_initialized", False) and \
-            getattr(compiled, "_workbench_sizes", sizes) != sizes:
-        compiled.finalize()
-    compiled._workbench_sizes = sizes
 
 
 def _ort_runner(sess, feeds):

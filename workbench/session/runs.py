@@ -154,7 +154,7 @@ class SessionRuns:
         ``carry`` (SDFG names, input -> output): see ``run``."""
         from workbench.runtime.profiling import time_calls
         if not self.isolated:
-            from workbench.runtime.benchmark import initialized_for
+            from workbench.runtime.in_process import initialized_for
             initialized_for(build, args)
             samples = time_calls(lambda: build.compiled(**args), repeat, warmup)
             for i, o in (carry or {}).items():
