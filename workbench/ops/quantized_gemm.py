@@ -20,7 +20,7 @@ from dace.libraries.blas import BatchedMatMul, Gemm
 
 from workbench.build.settings import transient_storage
 from workbench.ops.conv import im2col_gemms
-from workbench.ops.linalg import _blas, _matmul_shapes, _wire
+from workbench.ops.linalg import _blas, _matmul_shapes, wire
 from workbench.ops.quantized import (QGEMM_SCALES, acc_rows, checked_bias_index,
                                      constant_zero_point, matmul_integer, per_row, qgemm,
                                      qlinear_conv, qlinear_matmul, requantize, shifted)
@@ -154,7 +154,7 @@ def _shifted_matmul(call, name: str, b_pos: int, az_pos: int, bz_pos: int,
         node = BatchedMatMul("bmm")
         node.implementation = impl
         state.add_node(node)
-        _wire(sdfg, state, node, {"a_shifted": "_a", "b_shifted": "_b"}, {"acc": "_c"})
+        wire(sdfg, state, node, {"a_shifted": "_a", "b_shifted": "_b"}, {"acc": "_c"})
         return sdfg, state, "acc", 0
     reads = (state.add_read("a_shifted"), state.add_read("b_shifted"))
     write = state.add_write("acc")
