@@ -11,7 +11,8 @@ with the sums over the normalized (trailing) axes of each row, and ``c1``,
 ``c2`` the constants the rule wrote (``1 / n``).
 
     inputs:  dy, xhat, scale, inv_std      output: dx
-    attributes: axis, c1, c2
+    attributes: axis, c1, c2 (and ``code``, ``colsum``: the consumers
+    LayerNormGradEpilogue folds in, ``workbench/ops/layernorm_grad_epilogue.py``)
 
 ``dy``, ``xhat`` and ``dx`` have the input's shape; ``scale`` broadcasts as
 a contiguous suffix of a row; ``inv_std`` holds one value per row. One map
@@ -23,6 +24,7 @@ import math
 
 import dace
 
+from workbench.ops.layernorm_grad_epilogue import epilogue_kernel
 from workbench.ops.onepass import row_map, suffix_size
 from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet
 
@@ -45,6 +47,8 @@ for (int j_ = 0; j_ < {n}; ++j_) dx[j_] = ((dy[j_] * {scale} - m1_) - xhat[j_] *
 
 @implements(OP_TYPE, internal=True)
 def layernorm_grad(call):
+    if call.attr("code") or call.attr("colsum"):
+        return epilogue_kernel(call)   # LayerNormGradEpilogue's fused consumers
     dy, xhat, scale, inv, dx = (call.input(0), call.input(1), call.input(2), call.input(3),
                                 call.output(0))
     shape = call.shape(dy)
