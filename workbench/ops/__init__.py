@@ -15,7 +15,7 @@ from workbench.ops import roi_align, signal_windows, stft, tensor_scatter  # noq
 # Workbench-internal op types that transformations create; imported here so a
 # saved SDFG holding them expands without the transformation library.
 from workbench.ops import cache_append, fused, layout_ops, onepass  # noqa: F401 (register)
-from workbench.ops import layernorm_grad, softmax_grad  # noqa: F401 (register)
+from workbench.ops import layernorm_grad, multi_sweep, softmax_grad  # noqa: F401 (register)
 from workbench.ops.registry import implementations_of, is_supported, supported_op_types
 
 __all__ = ["implementations_of", "is_supported", "supported_op_types"]
