@@ -149,3 +149,13 @@ def test_one_parameter_is_nothing_to_merge():
     assert transform.find_matches(transform.get(NAME), tr.sdfg) == []
     reasons = [r.reason for r in transform.refusals(transform.get(NAME), tr.sdfg)]
     assert any("the only float32 update kernel" in r for r in reasons), reasons
+
+
+def test_plain_update_operators_merge_too():
+    """Without ElementwiseChainFusion the update is plain operators: SGD's p - g * lr
+    per parameter; the Subs merge (each reads its own Mul's product), nothing shared."""
+    tr = _training("mlp", optimizer="sgd")
+    match = _merge_checked(tr, members=6, shared_scalar_reads=0)
+    assert all(":op:/optimizer/Sub" in key for _, key in match.where)
+    report = tr.verify()
+    assert report.match, report.text()
