@@ -33,11 +33,12 @@ Rules:
    nobody, so no state is written again.
 4. Each copy is named ``<block>/backward/recompute/<path under the block>`` and
    writes fresh transients; the backward readers of a target read its copy.
-   The copies that read only checkpoint values wait (an empty edge) for a value
-   that the backward pass writes and the first backward reader of a target, or
-   an operator within ``ANCHOR_DEPTH`` after it, reads, written by nothing that
-   depends on any backward reader of a target (no cycle): in the topological
-   order DaCe's code generator runs, they come after the forward pass.
+   The copies that read only checkpoint values wait (an empty edge) for a
+   gradient (a value a backward operator downstream of the loss writes) that a
+   backward reader of a target, or an operator within ``ANCHOR_DEPTH`` after it,
+   reads, written by nothing that depends on any backward reader of a target (no
+   cycle): in the topological order DaCe's code generator runs, they come after
+   the forward pass, when the backward pass reaches the block.
 5. Offered only when the peak live bytes (``workbench.analysis.memory``) fall:
    each target's buffer then ends at its last forward read, its copy lives from
    the first backward reader to its last, the other copies for that one step,
@@ -248,19 +249,17 @@ def _checkpoint(sdfg, state, access, inside):
 
 
 def _anchor(state, readers: list, targets: set):
-    """(reader, access node): an array a backward operator writes that a backward reader
-    of a target, or an operator reading its results (within ``ANCHOR_DEPTH``), reads,
-    whose writers depend on no such reader (an edge from it to the copies then closes no
-    cycle); the readers are tried in the program's order. A reader that reads forward
+    """(reader, access node): an array a backward operator downstream of the loss writes
+    (a gradient: a backward value computed from weights alone, a kernel turned around,
+    is ready as the backward pass starts and would run the copies there) that a backward
+    reader of a target, or an operator reading its results (within ``ANCHOR_DEPTH``),
+    reads, whose writers depend on no such reader (an edge from it to the copies then
+    closes no cycle); the readers are tried in the program's order. A reader that reads forward
     values only runs in the forward pass, until it reads a copy: it moves with the copies.
     (the first reader, None) when there is none."""
-    after, stack = set(readers), list(readers)
-    while stack:
-        n = stack.pop()
-        for e in state.out_edges(n):
-            if e.dst not in after:
-                after.add(e.dst)
-                stack.append(e.dst)
+    after = _downstream(state, readers)
+    graded = nodeid.per_state(state, "recompute_graded", lambda: _downstream(
+        state, [n for n in state.nodes() if _role(n) == "loss"]))
     for first in readers:
         level, seen = [first], {first}
         for _ in range(ANCHOR_DEPTH):
@@ -271,7 +270,7 @@ def _anchor(state, readers: list, targets: set):
                             or a in after or a.data in targets:
                         continue
                     writers = [w.src for w in state.in_edges(a)]
-                    if any(_role(w) == "backward" for w in writers) and \
+                    if any(_role(w) == "backward" and w in graded for w in writers) and \
                             not any(w in after for w in writers):
                         return first, a
             level = [r.dst for op in level for o in state.out_edges(op)
@@ -279,6 +278,18 @@ def _anchor(state, readers: list, targets: set):
                      if isinstance(r.dst, OnnxOp) and r.dst not in seen]
             seen.update(level)
     return readers[0], None
+
+
+def _downstream(state, start) -> set:
+    """``start`` and every node a path leads to from it."""
+    found, stack = set(start), list(start)
+    while stack:
+        n = stack.pop()
+        for e in state.out_edges(n):
+            if e.dst not in found:
+                found.add(e.dst)
+                stack.append(e.dst)
+    return found
 
 
 @register
