@@ -29,6 +29,12 @@ Rules:
    joined element-wise reader; it writes the node's new ``db`` output.
 4. An output the joined operators wrote stays an output only while a
    reader other than them needs it; at least one operator joins.
+5. Each node has two matches: with its element-wise reader (option
+   ``reader``) and without. A step runs on a region of the program
+   (``workbench/session/working_graph.py``), where rule 2's path from the
+   node to the reader's other input may lie outside; the option keeps the
+   region's plan the whole program's (a region only loses paths, so a
+   reader the whole program admits the region admits too).
 """
 from dataclasses import dataclass, field
 import math
@@ -109,8 +115,9 @@ def _reduce_why(sdfg, state, reader, axis, rank, dtype):
     return None
 
 
-def plan_of(sdfg, state, node):
-    """The ``Plan`` for a LayerNormGrad (rules 1-4), or a ``Refusal`` saying why not."""
+def plan_of(sdfg, state, node, reader: bool = True):
+    """The ``Plan`` for a LayerNormGrad (rules 1-5), or a ``Refusal`` saying why not;
+    ``reader``: with an element-wise reader of dx (rule 5)."""
     name = f"the LayerNorm gradient {node.onnx_name}"
     if node.attrs.get("code") or node.attrs.get("colsum"):
         return Refusal(f"{name} already runs an epilogue")
@@ -134,11 +141,14 @@ def plan_of(sdfg, state, node):
         return Refusal(f"{name}: dx '{plan.dx.data}' is not a transient of this state alone")
     after = _downstream(state, node)
     readers = [e.dst for e in state.out_edges(plan.dx)]
-    for reader in readers:
-        if plan.consumer is None and prog.is_elementwise(reader):
-            why = _consumer_why(sdfg, state, node, plan, reader, shape, axis, desc.dtype, after)
+    for other in readers if reader else []:
+        if plan.consumer is None and prog.is_elementwise(other):
+            why = _consumer_why(sdfg, state, node, plan, other, shape, axis, desc.dtype, after)
             if why:
                 plan.left.append(why)
+    if reader and plan.consumer is None:
+        return Refusal(f"{name}: no element-wise reader of dx can join: "
+                       + ("; ".join(plan.left) or "none reads it"))
     sums = [("dx", plan.dx)] + ([(c, a) for c, a in plan.program.outputs] if plan.program
                                 else [])
     for summed, access in sums:
@@ -150,8 +160,8 @@ def plan_of(sdfg, state, node):
                 else:
                     plan.reduce, plan.summed = e.dst, summed
     if plan.consumer is None and plan.reduce is None:
-        return Refusal(f"{name}: nothing reading dx can join: "
-                       + ("; ".join(plan.left) or "no element-wise reader, no sum over rows"))
+        return Refusal(f"{name}: no sum of dx over its rows can join"
+                       + (": " + "; ".join(plan.left) if plan.left else ""))
     return plan
 
 
@@ -170,9 +180,13 @@ class LayerNormGradEpilogue(OperatorTransformation):
     op_types = {OP_TYPE}
     role = "layernorm_grad"
     refusal = "{match.description}: no longer applies"
+    option_names = ("reader",)
 
-    def plan(self, sdfg, state, node, weights=None):
-        return plan_of(sdfg, state, node)
+    def choices(self, node) -> list:
+        return [{"reader": True}, {"reader": False}]
+
+    def plan(self, sdfg, state, node, weights=None, reader=True):
+        return plan_of(sdfg, state, node, reader)
 
     def roles(self, node, plan) -> dict:
         found = {"layernorm_grad": node}
