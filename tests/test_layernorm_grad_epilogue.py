@@ -154,3 +154,31 @@ def test_what_a_row_kernel_can_read():
     assert layout(shape, axis, (2, 1, 64)) is None     # per batch and feature: not a row
     assert layout(shape, axis, (32, 1)) is None        # per position of every batch
     assert blocks(4096) == 16 and blocks(8) == 1
+
+
+def test_bert_layer_bias_gradients_join_and_the_residual_sum_stays_outside():
+    tr = workbench.open("bert-layer").training(loss="mse")
+    tr.optimize([{"transformation": t, "all": True}
+                 for t in ("LayerNormBackwardFusion", "ElementwiseChainFusion")])
+    feeds = tr.feeds(tr.random_batch(seed=2))
+    expected = _gradients(tr, feeds)
+    before = tr.data_movement().moved_bytes
+    refused = [r.reason for r in transform.refusals(transform.get(NAME), tr.sdfg)]
+    assert not refused
+    found = transform.find_matches(transform.get(NAME), tr.sdfg)
+    # after the MLP: the Sum of the residual gradient reads the gradient through the MLP,
+    # computed from dx (a cycle): only the bias gradient joins; after the attention too
+    assert len(found) == 2 and all("column sums" in m.description for m in found)
+    assert all(dict(m.options).get("reader") is False for m in found)
+    for match in found:
+        tr.apply(match)
+    nodes = [n for n, _ in tr.sdfg.all_nodes_recursive()
+             if getattr(n, "op_type", "") == "LayerNormGrad"]
+    assert len(nodes) == 2 and all(n.attrs["colsum"] == "dx" for n in nodes)
+    # each: one read of dx (128 x 768 floats) and of the axes (2 int64) less, the partials
+    # of 8 blocks of 16 rows (768 doubles each, written and read) more
+    assert before - tr.data_movement().moved_bytes == 2 * (128 * 768 * 4 + 16 - 2 * 8 * 8 * 768)
+    _check_gradients(_gradients(tr, feeds), expected,
+                     {"output.dense.bias", "attention.output.dense.bias"})
+    report = tr.verify()
+    assert report.match, report.text()
