@@ -153,7 +153,8 @@ def plan_of(sdfg, state, node, reader: bool = True):
                                 else [])
     for summed, access in sums:
         for e in state.out_edges(access):
-            if plan.reduce is None and getattr(e.dst, "op_type", "") == "ReduceSum":
+            if plan.reduce is None and getattr(e.dst, "op_type", "") == "ReduceSum" \
+                    and e.dst_conn == e.dst.onnx_inputs[0]:
                 why = _reduce_why(sdfg, state, e.dst, axis, rank, desc.dtype)
                 if why:
                     plan.left.append(why)
