@@ -65,7 +65,7 @@ def elements(shape) -> int:
     return n
 
 
-def _tokens(sizes: dict, n: int, prefix: str = "") -> dict:
+def _tokens(sizes: dict, prefix: str = "") -> dict:
     """Connector -> its element in the member's loop (``j_``): an array of the member's
     size is indexed, one of a single element is a scalar."""
     return {c: f"{prefix}{c}" if size == 1 else f"{prefix}{c}[j_]" for c, size in sizes.items()}
@@ -77,15 +77,17 @@ def member_sizes(call) -> dict:
 
 
 def _check(call, members, sizes) -> None:
+    """Each member indexes its arrays flat by its own element count: a saved SDFG edited
+    by hand (or a bug) must fail here, not read out of bounds."""
     for k, member in enumerate(members):
-        used = {c for c in sizes if c in substitute_names(member["code"])}
+        used = {c for c in sizes if c in names_in(member["code"])}
         odd = sorted(c for c in used if sizes[c] not in (1, member["size"]))
         if odd:
             raise call.fail(f"member {k} of {member['size']} elements reads '{odd[0]}' of "
                             f"{sizes[odd[0]]}: a member reads arrays of its size or scalars")
 
 
-def substitute_names(code: str) -> set:
+def names_in(code: str) -> set:
     """Every identifier ``code`` names (its connectors among them)."""
     return set(_IDENT.findall(code))
 
@@ -103,7 +105,7 @@ def multi_sweep(call):
     ctype = call.dtype(outs[0]).ctype
     if target() == "gpu":
         for k, member in enumerate(members):
-            names = substitute_names(member["code"])
+            names = names_in(member["code"])
             used_in = {c: (c, (sizes[c],)) for c in ins if c in names}
             used_out = {c: (c, (sizes[c],)) for c in outs if c in names}
             add_row_kernel(state, f"member{k}", (member["size"],), used_in,
@@ -112,7 +114,7 @@ def multi_sweep(call):
     pieces, first = [], 0
     for member in members:
         n = member["size"]
-        tokens = _tokens(sizes, n, "__")
+        tokens = _tokens(sizes, "__")
         body = [(tokens.get(name, name), substitute(expr, tokens))
                 for name, expr in program_lines(member["code"])]
         loop = row_loop(body, ctype, n, "a_", "b_",
