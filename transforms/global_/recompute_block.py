@@ -115,8 +115,8 @@ class _Plan:
     copies: list = None   # (operator, ONNX name, label, {forward array: its copy's name})
 
 
-def _refused_op(op, scope: str):
-    """Why ``op`` of block ``scope`` makes it unfit, or None."""
+def _refused_op(op):
+    """Why ``op`` makes its block unfit, or None."""
     if op.op_type in NON_DETERMINISTIC:
         return (f"{op.onnx_name} ({op.op_type}) draws random numbers: a copy in the "
                 f"backward pass would draw others")
@@ -140,7 +140,7 @@ def plan_block(sdfg, state, node, scope: str):
     if len(block) < MIN_OPS or block[0] is not node:
         return None
     for op in block:
-        why = _refused_op(op, scope)
+        why = _refused_op(op)
         if why:
             return Refusal(f"block {scope}: {why}")
     inside = set(block)
@@ -186,8 +186,8 @@ def plan_block(sdfg, state, node, scope: str):
             if any(w in inside for w in writers):
                 desc = sdfg.arrays[name]
                 if len(writers) != 1 or type(desc) is not dt.Array or not desc.transient:
-                    return Refusal(f"block {scope}: '{name}' is a view or written more than "
-                                   f"once inside the block")
+                    return Refusal(f"block {scope}: '{name}' is a view, a graph output or "
+                                   f"written more than once inside the block")
                 work.append(writers[0])
                 continue
             why = _checkpoint(sdfg, state, e.src, inside)
