@@ -72,7 +72,7 @@ def test_sgd_momentum_and_decay_after_auto_match_onnxruntime():
     _merge_checked(tr, members=4, shared_scalar_reads=3)
     assert _param_writers(tr) == ["MultiSweep"]
     # the weight decay of the convolution weights stays apart: its gradient is a
-    # strided View (the transposed ConvTranspose product)
+    # strided View (the weight-gradient product, transposed)
     left = sorted(n.op_type for n in _update_kernels(tr))
     assert left == ["Add", "Add", "Mul", "Mul", "MultiSweep"]
     report = tr.verify()
