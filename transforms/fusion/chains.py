@@ -90,9 +90,9 @@ def reduced_axes(node, rank: int):
 def replace_chain(sdfg, state, members: list, internal: list, fused, inputs: list,
                   outputs: list) -> None:
     """Put the operator ``fused`` in place of ``members``: ``inputs``/``outputs`` are
-    (connector, access node) pairs, ``internal`` the access nodes between members
-    (removed with their arrays). An ordering edge into a member (RecomputeInBackward's
-    wait for the backward pass) now orders ``fused``."""
+    (connector, access node) pairs, ``internal`` the access nodes that go (their arrays
+    too, once no access node of them is left). An ordering edge into a member
+    (RecomputeInBackward's wait for the backward pass) now orders ``fused``."""
     state.add_node(fused)
     for conn, access in inputs:
         state.add_edge(access, None, fused, conn,
@@ -105,8 +105,11 @@ def replace_chain(sdfg, state, members: list, internal: list, fused, inputs: lis
     for member in members:
         state.remove_node(member)
     for access in internal:
-        state.remove_node(access)
-        sdfg.remove_data(access.data)
+        if access in state.nodes():
+            state.remove_node(access)
+        if not any(isinstance(n, nd.AccessNode) and n.data == access.data
+                   for st in sdfg.states() for n in st.nodes()):
+            sdfg.remove_data(access.data)
     for access in sources:   # an inlined constant nothing reads any more
         if access in state.nodes() and state.degree(access) == 0:
             state.remove_node(access)

@@ -39,10 +39,8 @@ Rules:
 from dataclasses import dataclass, field
 import math
 
-import dace
-
 from transforms.fusion import program as prog
-from transforms.fusion.chains import carry_waits, reduced_axes
+from transforms.fusion.chains import reduced_axes, replace_chain
 from transforms.graph import readers_elsewhere, state_accesses
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.layernorm_grad import DOMAIN, OP_TYPE
@@ -229,23 +227,4 @@ class LayerNormGradEpilogue(OperatorTransformation):
                        attrs={**node.attrs, "code": code, "colsum": plan.summed},
                        onnx_inputs=[c for c, _ in ins], onnx_outputs=[c for c, _ in outs])
         fused.implementation = node.implementation
-        state.add_node(fused)
-        for conn, access in ins:
-            state.add_edge(access, None, fused, conn,
-                           dace.Memlet.from_array(access.data, sdfg.arrays[access.data]))
-        for conn, access in outs:
-            state.add_edge(fused, conn, access, None,
-                           dace.Memlet.from_array(access.data, sdfg.arrays[access.data]))
-        carry_waits(state, members, fused, gone)
-        sources = {e.src for m in members for e in state.in_edges(m)}
-        for member in members:
-            state.remove_node(member)
-        for access in gone:
-            if access in state.nodes():
-                state.remove_node(access)
-            if not any(getattr(n, "data", None) == access.data
-                       for s in sdfg.states() for n in s.nodes()):
-                sdfg.remove_data(access.data)
-        for access in sources:   # an inlined constant (the sum's axes) nothing reads any more
-            if access in state.nodes() and state.degree(access) == 0:
-                state.remove_node(access)
+        replace_chain(sdfg, state, members, gone, fused, ins, outs)

@@ -32,11 +32,10 @@ Rules:
    "the update in one pass".
 """
 import dace
-from dace.sdfg import nodes
 from dace.sdfg.utils import dfs_topological_sort
 
 from transforms.fusion import program as prog
-from transforms.fusion.chains import carry_waits
+from transforms.fusion.chains import replace_chain
 from transforms.fusion.elementwise_chain import strided_arrays
 from transforms.global_.lifetimes import root_of
 from transforms.graph import ident, node_text, shape_text
@@ -219,25 +218,8 @@ def merge(sdfg, state, members) -> OnnxOp:
     merged = OnnxOp(prog.unique_label(state, "optimizer_update_in_one_pass"), op_type=OP_TYPE,
                     domain=DOMAIN, onnx_name=prog.fused_name(members), attrs={"members": specs},
                     onnx_inputs=list(inputs.values()), onnx_outputs=[c for c, _ in outputs])
-    state.add_node(merged)
-    for access, conn in inputs.items():
-        state.add_edge(access, None, merged, conn,
-                       dace.Memlet.from_array(access.data, sdfg.arrays[access.data]))
-    for conn, access in outputs:
-        state.add_edge(merged, conn, access, None,
-                       dace.Memlet.from_array(access.data, sdfg.arrays[access.data]))
-    carry_waits(state, members, merged, internal)
-    sources = {e.src for m in members for e in state.in_edges(m)}
-    for node in members:
-        state.remove_node(node)
-    for access in sources:   # an inlined constant nothing reads any more
-        if access in state.nodes() and state.degree(access) == 0:
-            state.remove_node(access)
-    for access in internal:   # an output nothing read (``program.exported``)
-        state.remove_node(access)
-        if not any(isinstance(n, nodes.AccessNode) and n.data == access.data
-                   for s in sdfg.states() for n in s.nodes()):
-            sdfg.remove_data(access.data)
+    replace_chain(sdfg, state, members, internal, merged,
+                  [(conn, access) for access, conn in inputs.items()], outputs)
     return merged
 
 
