@@ -36,7 +36,7 @@ from workbench.transformation_api import Refusal, register
 # positions the buffer holds unless a match says otherwise (options {"capacity": N})
 DEFAULT_CAPACITY = 2048
 # operators whose implementations index their inputs by their own shapes, so that a
-# strided View reads right (registry._keep_strides refuses one that reshapes it)
+# strided View reads right (registry.keep_strides refuses one that reshapes it)
 READS_STRIDED = ELEMENTWISE | {"Tile", "Expand"}
 RESHAPES = {"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity"}
 

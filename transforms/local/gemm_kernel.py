@@ -12,7 +12,10 @@ Rules:
    for this shape on this machine (``workbench/build/gemm_timing.py``:
    timed once per machine and shape in a child process, then read from the
    cache, so a replayed recipe makes the same choice). The match names both
-   times.
+   times. A row count that is a symbol (a sequence length) is timed at
+   several row counts; the node then keeps the ranges where oneDNN won
+   (``library_rows``) and each call picks the library by its row count, so
+   the plan is the same whatever size the session is checked at.
 3. Only the implementation changes (an epilogue stays the sweep after the
    product), so the program's meaning is the node's.
 """
@@ -74,18 +77,49 @@ class GemmOnOneDNN(OperatorTransformation):
         ok, kernel = onednn.check(desc)
         if not ok or not fast(kernel):
             return Refusal(f"oneDNN has no fast kernel for {name}: {kernel or 'none'}")
-        times = gemm_timing.gemm_times(desc.m, desc.k, desc.n, desc.b_strides[1] != 1)
+        transposed = desc.b_strides[1] != 1
+        rows = onednn.size_of_field(desc, "m")
+        if not isinstance(rows, int):
+            return self._by_rows(name, kernel, rows, desc.k, desc.n, transposed)
+        times = gemm_timing.gemm_times(desc.m, desc.k, desc.n, transposed)
         if times is None:
             return Refusal("the BLAS to time against is not installed")
         if times["onednn"] > gemm_timing.MARGIN * times["blas"]:
             return Refusal(f"{name}: oneDNN measured {times['onednn']:.3f} ms against the "
                            f"BLAS's {times['blas']:.3f} ms ({desc.m}x{desc.k}x{desc.n})")
-        return kernel, times, (desc.m, desc.k, desc.n)
+        return kernel, f"{desc.m}x{desc.k}x{desc.n}: {_times(times)}", []
+
+    @staticmethod
+    def _by_rows(name, kernel, rows, k, n, transposed):
+        """A row count that is a symbol: the library where it measured faster at the probe
+        row counts, the BLAS elsewhere, chosen per call; the same plan at every size."""
+        found = gemm_timing.rows_where_faster(k, n, transposed)
+        if found is None:
+            return Refusal("the BLAS to time against is not installed")
+        ranges, times = found
+        table = ", ".join(f"{m} rows {_times(t)}" for m, t in times.items())
+        if not ranges:
+            return Refusal(f"{name}: oneDNN measured faster at none of the row counts tried "
+                           f"({rows}x{k}x{n}: {table})")
+        where = ("at every row count" if ranges == [(0, None)] else
+                 "where " + " or ".join(_span(rows, lo, hi) for lo, hi in ranges))
+        flat = [] if ranges == [(0, None)] else [v or 0 for r in ranges for v in r]
+        return kernel, f"{rows}x{k}x{n}, {where}: {table}", flat
 
     def describe(self, node, plan):
-        kernel, times, (m, k, n) = plan
-        return (f"{node.onnx_name}: {node.implementation} -> oneDNN {kernel} "
-                f"({m}x{k}x{n}: {times['onednn']:.3f} ms, BLAS {times['blas']:.3f} ms)")
+        kernel, text, _ = plan
+        return f"{node.onnx_name}: {node.implementation} -> oneDNN {kernel} ({text})"
 
     def rewrite(self, sdfg, state, node, plan, weights=None):
         node.implementation = "onednn"
+        node.library_rows = list(plan[2])
+
+
+def _times(t) -> str:
+    return f"{t['onednn']:.3f} ms, BLAS {t['blas']:.3f} ms"
+
+
+def _span(rows, lo, hi) -> str:
+    if hi is None:
+        return f"{rows} >= {lo}"
+    return f"{rows} < {hi}" if lo == 0 else f"{lo} <= {rows} < {hi}"

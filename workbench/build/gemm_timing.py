@@ -10,7 +10,13 @@ pool and loaded libraries stay untouched), and keeps the result in
 model and vector flags, the thread count and both libraries' identities, so
 a choice made on one machine or build is never read on another, and a
 second run, or a replayed recipe, times nothing: the choice is
-deterministic given the cache.
+deterministic given the cache. A timing taken while other processes held
+the cores (load average above the core count) is used in this process only
+and not written: the next quiet run times the shape again.
+
+A product whose row count is a symbol (a sequence length) is timed at
+``PROBE_ROWS``; ``rows_where_faster`` turns those into the row ranges where
+oneDNN runs, decided per call (``matmul_onednn``).
 """
 import ctypes
 import hashlib
@@ -28,6 +34,10 @@ MARGIN = 0.95
 _ROUNDS = 5
 _VERSION = 2  # of the measurement: a new one is not mixed with older choices
 _lock = threading.Lock()
+_unsaved = {}   # (cache file, shape key) -> times measured under load: this process only
+# row counts a symbolic GEMM is timed at: a factor 4 apart, from a decode step's one row
+# to a long sequence (the crossover on this machine lies between 64 and 256 rows)
+PROBE_ROWS = (1, 4, 16, 64, 256, 1024)
 
 
 def _cpu() -> str:
@@ -80,14 +90,52 @@ def gemm_times(m: int, k: int, n: int, b_transposed: bool):
     key = shape_key(m, k, n, b_transposed)
     with _lock:
         known = json.loads(path.read_text()) if path.exists() else {}
+        if key not in known and (path, key) in _unsaved:
+            return _unsaved[(path, key)]
         if key not in known:
+            busy = _busy()
             known[key] = _measure(m, k, n, b_transposed, DEFAULT_THREADS, shim, blas)
+            if busy or _busy():
+                _unsaved[(path, key)] = known[key]
+                return known[key]
             known = {**(json.loads(path.read_text()) if path.exists() else {}), **known}
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
             os.replace(tmp, path)
         return known[key]
+
+
+def _busy() -> bool:
+    """Whether other work held the cores: a timing now says little about the kernels."""
+    try:
+        return os.getloadavg()[0] > (os.cpu_count() or 1)
+    except OSError:
+        return False
+
+
+def rows_where_faster(k: int, n: int, b_transposed: bool):
+    """For Y[m, n] = A[m, k] @ B with m a symbol: ``(ranges, times)``, the row counts
+    [lo, hi) where oneDNN measured faster (hi None: no end), and the times at each of
+    ``PROBE_ROWS``; None when either library is missing. A probe's choice holds halfway
+    (in the ratio) to the next probe."""
+    times = {}
+    for m in PROBE_ROWS:
+        t = gemm_times(m, k, n, b_transposed)
+        if t is None:
+            return None
+        times[m] = t
+    ranges = []
+    for i, m in enumerate(PROBE_ROWS):
+        if times[m]["onednn"] > MARGIN * times[m]["blas"]:
+            continue
+        lo = 0 if i == 0 else 2 * PROBE_ROWS[i - 1]
+        hi = 2 * m if i + 1 < len(PROBE_ROWS) else None
+        if ranges and ranges[-1][1] == lo:
+            ranges[-1] = (ranges[-1][0], hi)
+        else:
+            ranges.append((lo, hi))
+    return ranges, times
 
 
 def _measure(m, k, n, b_transposed, threads, shim, blas) -> dict:

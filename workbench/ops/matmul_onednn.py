@@ -12,6 +12,11 @@ there (``b_is_weight``); an expansion whose B is computed inside the program
 
 What is not this shape (float64, B with batch dimensions, A transposed,
 alpha other than 1, rows that do not fold) expands as BLAS.
+
+A node whose row count is a symbol may name the row counts where the library
+runs (``library_rows``, set by GemmOnOneDNN from timings at several row
+counts): it then expands to a branch on the row count, each call taking the
+library or the BLAS, so one program holds the faster library at every size.
 """
 import math
 
@@ -21,7 +26,7 @@ from workbench.build import onednn
 from workbench.errors import UnsupportedCaseError
 from workbench.ops.conv_onednn import library_call, library_ready, strides_of
 from workbench.ops.linalg import add_bias_state
-from workbench.ops.registry import expand_as, implements
+from workbench.ops.registry import expand_as, implements, keep_strides
 
 
 def rows_of(shape, strides):
@@ -91,6 +96,47 @@ def _library(call):
 @implements("MatMul", "Gemm", impl="onednn")
 def gemm_onednn(call):
     try:
-        return _library(call)
+        library = _library(call)
     except UnsupportedCaseError:
         return expand_as(call, "blas")
+    rows = onednn.size_of_field(gemm_desc(call), "m")
+    if not call.node.library_rows or isinstance(rows, int):
+        return library
+    return _by_rows(call, library, library_condition(rows, call.node.library_rows))
+
+
+def library_condition(rows, flat: list) -> str:
+    """When the library runs: ``rows`` (an expression) within one of the [lo, hi) pairs
+    in ``flat`` (hi 0: no end), as an interstate condition."""
+    spans = []
+    for lo, hi in zip(flat[::2], flat[1::2]):
+        parts = ([f"({rows}) >= {lo}"] if lo else []) + ([f"({rows}) < {hi}"] if hi else [])
+        spans.append(" and ".join(parts) or "True")
+    return " or ".join(f"({s})" for s in spans)
+
+
+def _by_rows(call, library, condition: str):
+    """The library's SDFG and the BLAS's, each nested in its own state, and a branch on
+    the row count between them."""
+    blas = expand_as(call, "blas")
+    keep_strides(blas, call)
+    sdfg = dace.SDFG("gemm_by_rows")
+    for conn, array in {**call.inputs, **call.outputs}.items():
+        sdfg.add_array(conn, array.shape, array.dtype, strides=array.strides,
+                       total_size=array.total_size)
+    pick, done = sdfg.add_state("pick", is_start_block=True), sdfg.add_state("done")
+    for name, inner, when in (("onednn", library, condition),
+                              ("blas", blas, f"not ({condition})")):
+        state = sdfg.add_state(name)
+        for symbol in inner.free_symbols - set(sdfg.symbols):
+            sdfg.add_symbol(symbol, dace.int64)
+        nested = state.add_nested_sdfg(inner, sdfg, set(call.inputs), set(call.outputs))
+        for conn in call.inputs:
+            state.add_edge(state.add_read(conn), None, nested, conn,
+                           dace.Memlet.from_array(conn, sdfg.arrays[conn]))
+        for conn in call.outputs:
+            state.add_edge(nested, conn, state.add_write(conn), None,
+                           dace.Memlet.from_array(conn, sdfg.arrays[conn]))
+        sdfg.add_edge(pick, state, dace.InterstateEdge(condition=when))
+        sdfg.add_edge(state, done, dace.InterstateEdge())
+    return sdfg

@@ -68,6 +68,11 @@ class OnnxOp(nodes.LibraryNode):
                                           desc="Connector per ONNX input position ('' = absent)")
     onnx_outputs = properties.ListProperty(element_type=str, default=[],
                                            desc="Connector per ONNX output position ('' = absent)")
+    library_rows = properties.ListProperty(
+        element_type=int, default=[],
+        desc="A GEMM on oneDNN whose row count is symbolic: the row counts [lo, hi) where "
+             "the library runs, as flat pairs (hi 0: no end); the BLAS runs elsewhere. "
+             "Empty: the library runs at every size")
 
     def __init__(self, name, op_type="", domain="", onnx_name="", opset=17, attrs=None,
                  onnx_inputs=(), onnx_outputs=(), consts=None, **kwargs):

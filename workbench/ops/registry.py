@@ -198,11 +198,11 @@ def expand(node, state, sdfg, impl: str):
         result = program_sdfg(call, result)
     result.name = _sdfg_name(call)
     _label_scopes(result, node.name)
-    _keep_strides(result, call)
+    keep_strides(result, call)
     return result
 
 
-def _keep_strides(sdfg, call) -> None:
+def keep_strides(sdfg, call) -> None:
     """A connector bound to a strided View (a transpose or slice read in place,
     see transforms/layout) keeps the View's strides inside the implementation,
     which then indexes the real layout; one it reshapes cannot."""
@@ -289,7 +289,7 @@ def connector_sdfg(call: OpCall, name: str, shapes: dict = None):
     state = sdfg.add_state()
     for conn, desc in {**call.inputs, **call.outputs}.items():
         # Inside, the array is seen row-major. A strided View keeps its strides inside
-        # (_keep_strides); an Array laid out otherwise (ChannelsLast) would be misread.
+        # (keep_strides); an Array laid out otherwise (ChannelsLast) would be misread.
         if type(desc) is dace.data.Array and not is_row_major(desc):
             raise call.fail(f"'{conn}' is stored with strides {tuple(desc.strides)} (channels-"
                             "last); this implementation reads row-major data only: run the "
