@@ -24,6 +24,7 @@ from transforms.local.library_kernels import fast
 from transforms.operator_transformation import OperatorTransformation
 from workbench.build import gemm_timing, onednn
 from workbench.errors import UnsupportedCaseError
+from workbench.importer.symbol_names import dim_text
 from workbench.ops.fused import core_view
 from workbench.ops.matmul_onednn import gemm_desc
 from workbench.ops.registry import make_call
@@ -97,14 +98,15 @@ class GemmOnOneDNN(OperatorTransformation):
         if found is None:
             return Refusal("the BLAS to time against is not installed")
         ranges, times = found
+        rows = dim_text(rows)
         table = ", ".join(f"{m} rows {_times(t)}" for m, t in times.items())
         if not ranges:
             return Refusal(f"{name}: oneDNN measured faster at none of the row counts tried "
-                           f"({rows}x{k}x{n}: {table})")
+                           f"({rows} x {k} x {n}: {table})")
         where = ("at every row count" if ranges == [(0, None)] else
                  "where " + " or ".join(_span(rows, lo, hi) for lo, hi in ranges))
         flat = [] if ranges == [(0, None)] else [v or 0 for r in ranges for v in r]
-        return kernel, f"{rows}x{k}x{n}, {where}: {table}", flat
+        return kernel, f"{rows} x {k} x {n}, {where}: {table}", flat
 
     def describe(self, node, plan):
         kernel, text, _ = plan
