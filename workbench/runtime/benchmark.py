@@ -123,7 +123,9 @@ def _torch_runner(ws, feeds, threads):
 
 BLOCK = int(os.environ.get("WORKBENCH_BENCH_BLOCK", "10"))  # timed calls per turn
 HANDOVER = int(os.environ.get("WORKBENCH_BENCH_HANDOVER", "2"))  # untimed calls first,
-HANDOVER_MS = float(os.environ.get("WORKBENCH_BENCH_HANDOVER_MS", "100"))  # and this long
+# and this long: onnxruntime's spinning threads slowed the runner after it by 13-15 %
+# through a 100 ms hand-over, 2-4 % through 300 ms (BERT-tiny, 16 tokens, BENCHMARKS.md)
+HANDOVER_MS = float(os.environ.get("WORKBENCH_BENCH_HANDOVER_MS", "300"))
 
 
 def handover(run) -> None:
@@ -146,20 +148,24 @@ def bench(ws, baselines=("onnxruntime",), repeat: int = 30, warmup: int = 5, thr
 
 def interleave(runners: dict, repeat: int, warmup: int) -> dict:
     """name -> ``repeat`` call times (ms), every runner's turns of ``BLOCK`` calls in
-    rounds, each turn after a hand-over (the first runner is the workbench's)."""
+    rounds, each turn after a hand-over. The order turns by one each round, so each
+    runner follows each other one equally often: what a runtime leaves behind (spinning
+    threads, a cold cache) falls on all of them, not on the one after it."""
     for run in runners.values():
         for _ in range(warmup):
             run()
     samples = {k: [] for k in runners}
-    first = next(iter(runners))
-    while len(samples[first]) < repeat:
-        calls = min(BLOCK, repeat - len(samples[first]))
-        for name, run in runners.items():
+    order = list(runners)
+    while len(samples[order[0]]) < repeat:
+        calls = min(BLOCK, repeat - len(samples[order[0]]))
+        for name in order:
+            run = runners[name]
             handover(run)
             for _ in range(calls):
                 t = time.perf_counter()
                 run()
                 samples[name].append((time.perf_counter() - t) * 1e3)
+        order = order[1:] + order[:1]
     return samples
 
 
