@@ -12,15 +12,23 @@ from workbench import nodeid
 from workbench import transformation_api as transform
 from workbench.errors import TransformationError
 from workbench.ops.node import OnnxOp
+from workbench.recipe import load_recipe
 from workbench.training.naming import training_role
 
 NAME = "UpdateInOnePass"
 SGD = dict(optimizer="sgd", momentum=0.9, weight_decay=1e-4)
 
 
+# auto's steps without this one: most tests apply it themselves, after the rest of auto
+WITHOUT = {"name": "auto-without", "steps": [s for s in load_recipe("auto")["steps"]
+                                             if s["transformation"] != NAME]}
+
+
 def _training(model: str, recipe=None, **options):
     tr = workbench.open(model).training(loss="mse", **options)
     if recipe == "auto":
+        tr.optimize(WITHOUT)
+    elif recipe == "auto-with":
         tr.optimize("auto")
     elif recipe == "chains":   # what auto does to the update before this step
         _apply_all(tr, "RemoveIdentity")
@@ -89,6 +97,16 @@ def test_adamw_after_auto_matches_onnxruntime():
     _merge_checked(tr, members=4, shared_scalar_reads=3 * 3)
     assert _param_writers(tr) == ["MultiSweep"]
     assert len(_update_kernels(tr)) == kernels - 3
+    report = tr.verify()
+    assert report.match, report.text()
+
+
+def test_auto_merges_the_update_before_buffers_are_shared():
+    """In ``auto`` it runs before InPlaceElementwise and TransientReuse, which then see
+    the merged node's reads: the same kernels merge as after the whole of auto."""
+    tr = _training("resblock", "auto-with", **SGD)
+    assert NAME in [s["transformation"] for s in tr.history]
+    assert _param_writers(tr) == ["MultiSweep"]
     report = tr.verify()
     assert report.match, report.text()
 
