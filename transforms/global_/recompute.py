@@ -156,7 +156,7 @@ def plan_recompute(sdfg, state, node):
                 work.append(producers[0])
         if len(chain) > MAX_OPS:
             return Refusal(f"recomputing '{x.data}' would take more than {MAX_OPS} operators")
-    anchor = _anchor(state, first, x.data, pos)
+    anchor = _anchor(state, first, {e.dst for e in backward}, x.data, pos)
     if anchor is None:
         return Refusal(f"no value of the backward pass is read within {ANCHOR_DEPTH} operators "
                        f"after {first.onnx_name}, the first backward reader of '{x.data}': "
@@ -178,10 +178,12 @@ def plan_recompute(sdfg, state, node):
     return _Plan(x, chain, backward, anchor, before, after)
 
 
-def _anchor(state, first, x_name: str, pos: dict):
+def _anchor(state, first, readers: set, x_name: str, pos: dict):
     """An access node written in the backward pass that ``first`` or an operator reading
-    its result (within ``ANCHOR_DEPTH``) reads, and whose writer does not depend on ``first``
-    (an edge from it to the recomputation then makes no cycle). A backward operator
+    its result (within ``ANCHOR_DEPTH``) reads, and whose writer depends on none of
+    ``readers``, the backward readers the recomputed value will feed (an edge from it to
+    the recomputation then makes no cycle: a later reader may lead to a writer that an
+    operator after ``first`` reads). A backward operator
     that reads forward values only (``1 - s`` for a Sigmoid) runs in the forward pass
     under a topological order; reading the recomputed value, it moves with it."""
     level, seen = [first], {first}
@@ -193,7 +195,7 @@ def _anchor(state, first, x_name: str, pos: dict):
                     continue
                 writers = [w.src for w in state.in_edges(a)]
                 if any(_role(w) == "backward" for w in writers) and \
-                        not any(_reaches(state, first, w, pos) for w in writers):
+                        not any(_reaches(state, r, w, pos) for r in readers for w in writers):
                     return a
         level = [r.dst for op in level for o in state.out_edges(op) for r in state.out_edges(o.dst)
                  if isinstance(r.dst, OnnxOp) and r.dst not in seen]
