@@ -88,7 +88,6 @@ def test_choose_implementation_never_offers_packed_weights():
 
 def test_a_measurement_is_made_once_per_machine_and_shape(monkeypatch, tmp_path):
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
-    monkeypatch.setattr(gemm_timing, "_busy", lambda: False)   # the suite may load the cores
     real = gemm_timing._measure
     calls = []
 

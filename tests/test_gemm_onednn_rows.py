@@ -75,15 +75,3 @@ def test_no_row_count_faster_is_refused_with_the_times(monkeypatch):
     reasons = [r.reason for r in transform.refusals(t, ws.sdfg, ws.model.weights)]
     assert any("faster at none of the row counts" in r and "1 rows 2.000 ms" in r
                for r in reasons), reasons
-
-
-def test_a_timing_under_load_is_not_remembered(monkeypatch, tmp_path):
-    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
-    monkeypatch.setattr(gemm_timing, "_busy", lambda: True)
-    calls = []
-    monkeypatch.setattr(gemm_timing, "_measure",
-                        lambda *a: calls.append(a[:4]) or {"onednn": 1.0, "blas": 2.0})
-    assert gemm_timing.gemm_times(8, 16, 24, False) == {"onednn": 1.0, "blas": 2.0}
-    assert gemm_timing.gemm_times(8, 16, 24, False) == {"onednn": 1.0, "blas": 2.0}
-    assert len(calls) == 1   # this process keeps it
-    assert not list(tmp_path.glob("kernel-choices/*.json"))   # the next run times again

@@ -10,9 +10,11 @@ pool and loaded libraries stay untouched), and keeps the result in
 model and vector flags, the thread count and both libraries' identities, so
 a choice made on one machine or build is never read on another, and a
 second run, or a replayed recipe, times nothing: the choice is
-deterministic given the cache. A timing taken while other processes held
-the cores (load average above the core count) is used in this process only
-and not written: the next quiet run times the shape again.
+deterministic given the cache. That holds across a session's processes too
+(the worker lists the matches the window shows), so a timing taken under load
+is kept like any other: a cache that refused it let two processes time the
+same shape apart and disagree (tests/test_replica.py). Delete the folder to
+time again on a quiet machine.
 
 A product whose row count is a symbol (a sequence length) is timed at
 ``PROBE_ROWS``; ``rows_where_faster`` turns those into the row ranges where
@@ -34,7 +36,6 @@ MARGIN = 0.95
 _ROUNDS = 5
 _VERSION = 2  # of the measurement: a new one is not mixed with older choices
 _lock = threading.Lock()
-_unsaved = {}   # (cache file, shape key) -> times measured under load: this process only
 # row counts a symbolic GEMM is timed at: a factor 4 apart, from a decode step's one row
 # to a long sequence (the crossover on this machine lies between 64 and 256 rows)
 PROBE_ROWS = (1, 4, 16, 64, 256, 1024)
@@ -90,28 +91,14 @@ def gemm_times(m: int, k: int, n: int, b_transposed: bool):
     key = shape_key(m, k, n, b_transposed)
     with _lock:
         known = json.loads(path.read_text()) if path.exists() else {}
-        if key not in known and (path, key) in _unsaved:
-            return _unsaved[(path, key)]
         if key not in known:
-            busy = _busy()
             known[key] = _measure(m, k, n, b_transposed, DEFAULT_THREADS, shim, blas)
-            if busy or _busy():
-                _unsaved[(path, key)] = known[key]
-                return known[key]
             known = {**(json.loads(path.read_text()) if path.exists() else {}), **known}
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
             os.replace(tmp, path)
         return known[key]
-
-
-def _busy() -> bool:
-    """Whether other work held the cores: a timing now says little about the kernels."""
-    try:
-        return os.getloadavg()[0] > (os.cpu_count() or 1)
-    except OSError:
-        return False
 
 
 def rows_where_faster(k: int, n: int, b_transposed: bool):
