@@ -145,6 +145,30 @@ def test_constant_folding():
     _verify(ws)
 
 
+def test_constant_folding_leaves_a_fill_of_many_elements():
+    """ConstantOfShape or Expand broadcasting one value into many stays an operator (the
+    importer's rule, fold.spreads): stored, it would add all its elements to the weights
+    (a training program's embedding-gradient zeros: the table's size)."""
+    inits = {"big": np.array([64, 128], np.int64), "small": np.array([2, 4], np.int64),
+             "one": np.array([1.5], np.float32)}
+    nodes = [helper.make_node("ConstantOfShape", ["big"], ["fill"], name="Fill",
+                              value=numpy_helper.from_array(np.array([0.5], np.float32))),
+             helper.make_node("Add", ["x", "fill"], ["y"], name="A1"),
+             helper.make_node("Expand", ["one", "small"], ["e"], name="E"),
+             helper.make_node("Add", ["x2", "e"], ["z"], name="A2")]
+    ws = Session(import_model(_model(nodes, {"x": [64, 128], "x2": [2, 4]},
+                                     {"y": [64, 128], "z": [2, 4]}, inits), fold=False))
+    assert {m.description for m in _matches(ws, "ConstantFolding")} == {"fold E"}
+    (refusal,) = [r for r in transform.refusals(transform.get("ConstantFolding"), ws.sdfg,
+                                                ws.model.weights) if "Fill" in r.node]
+    assert "broadcasts 1 value(s) into 8192" in refusal.reason
+    weights_before = set(ws.model.weights)
+    assert _apply_all(ws, "ConstantFolding") == 1
+    assert "Fill" in _ops(ws) and "fill" not in ws.model.weights
+    assert set(ws.model.weights) - weights_before == {"e"}
+    _verify(ws)
+
+
 def test_constant_folding_is_all_or_nothing_and_undoable():
     ws = _unfolded()
     match = next(m for m in _matches(ws, "ConstantFolding") if m.description == "fold T")

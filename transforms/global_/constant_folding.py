@@ -6,6 +6,13 @@ Rules:
 2. Each of its outputs is a transient that no other node writes, used in
    the main state only, of at most 2**26 elements; at least one is read
    (an operator nobody reads is dead code; an unread output is dropped).
+   An operator that only broadcasts a few values into many (Expand, Tile,
+   ConstantOfShape; the importer's rule, ``fold.spreads``) stays: storing
+   its result would add all of it to the weights (resident memory, the
+   exported weights) to save a write from a few values. A training
+   program's embedding gradient starts from such a fill, as large as the
+   table (BERT-tiny: 15.6 MB; folded, `auto` raised the step's peak memory
+   by as much).
 3. It is evaluated with ``onnx.reference`` on the weights' values (small
    constants in the ONNX shape recorded on the node, 0-d included), or
    with numpy where onnx.reference is wrong (``fold.NUMPY_KERNELS``); its
@@ -22,7 +29,7 @@ from onnx import helper, numpy_helper
 from transforms.graph import access_nodes, names_text, record_for_readers
 from transforms.operator_transformation import OperatorTransformation
 from workbench.errors import TransformationError
-from workbench.importer.fold import NON_DETERMINISTIC, evaluate_node
+from workbench.importer.fold import NON_DETERMINISTIC, evaluate_node, spreads
 from workbench.transformation_api import Refusal, register
 
 MAX_ELEMENTS = 1 << 26
@@ -42,6 +49,10 @@ def _foldable(sdfg, state, node, weights):
         return Refusal(f"{names_text(variable)} not a constant")
     if not any(state.out_degree(e.dst) for e in state.out_edges(node)):
         return Refusal("nothing reads its output (dead code, not a constant)")
+    made, read = _spread_sizes(sdfg, state, node)
+    if made and spreads(node.op_type, made, read):
+        return Refusal(f"{node.onnx_name} broadcasts {read} value(s) into {made}: storing "
+                       f"them all as a weight costs more than writing them each run")
     for e in state.out_edges(node):
         desc = sdfg.arrays[e.dst.data]
         writers = [w for s, n in access_nodes(sdfg, e.dst.data) for w in s.in_edges(n)]
@@ -53,6 +64,19 @@ def _foldable(sdfg, state, node, weights):
         if len(writers) != 1 or any(s is not state for s, _ in access_nodes(sdfg, e.dst.data)):
             return Refusal(f"its output '{e.dst.data}' is written or read in another place too")
     return True
+
+
+def _spread_sizes(sdfg, state, node):
+    """(elements the node writes, elements of its data input; one for ConstantOfShape);
+    (0, 0) where a size is a symbol."""
+    data = [e.src.data for e in state.in_edges(node) if e.dst_conn == node.onnx_inputs[0]]
+    try:
+        made = sum(int(sdfg.arrays[e.dst.data].total_size) for e in state.out_edges(node))
+        read = 1 if node.op_type == "ConstantOfShape" or not data else \
+            int(sdfg.arrays[data[0]].total_size)
+    except TypeError:
+        return 0, 0
+    return made, read
 
 
 def _attribute(name, value, schema):

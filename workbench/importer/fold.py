@@ -157,7 +157,7 @@ def _try_fold(node, consts, static_shapes, opset, max_elements, evaluate):
         shape = static_shapes.get(out)
         if shape is not None and int(np.prod(shape)) > max_elements:
             return None
-    if op in SPREADING and _spreads(node, consts, static_shapes):
+    if op in SPREADING and _spreads_here(node, consts, static_shapes):
         return None
     return _evaluate(node, consts, opset)
 
@@ -166,13 +166,19 @@ SPREADING = {"Expand", "Tile", "ConstantOfShape"}
 SPREAD, SPREAD_MIN = 16, 4096
 
 
-def _spreads(node, consts, static_shapes) -> bool:
+def spreads(op_type: str, made: int, read: int) -> bool:
+    """Whether a node making ``made`` elements from ``read`` only broadcasts them (rule
+    3): folding it would store, and read in full, what it writes from a few values.
+    ConstantFolding keeps the same rule on the SDFG."""
+    return op_type in SPREADING and made > SPREAD_MIN and made >= SPREAD * max(read, 1)
+
+
+def _spreads_here(node, consts, static_shapes) -> bool:
     shape = static_shapes.get(node.output[0])
     if shape is None:
         return False
-    made = int(np.prod(shape))
     read = 1 if node.op_type == "ConstantOfShape" else int(np.size(consts[node.input[0]]))
-    return made > SPREAD_MIN and made >= SPREAD * max(read, 1)
+    return spreads(node.op_type, int(np.prod(shape)), read)
 
 
 def _constant_value(node):

@@ -23,7 +23,8 @@ from workbench.build import onednn
 from workbench.build.settings import target
 from workbench.errors import UnsupportedCaseError
 from workbench.ops.library_tasklet import library_tasklet
-from workbench.ops.registry import expand_as, implements, moves_inside, schema_defaults
+from workbench.ops.registry import (expand_as, implements, moves_inside, outer_layout_sdfg,
+                                    schema_defaults)
 from workbench.ops.symbolic_sizes import sized
 from workbench.ops.window import sliding_window
 
@@ -103,11 +104,8 @@ def library_call(call, what: str, desc, operands: dict, y: str, function: str, a
     ok, why = onednn.check(desc)
     if not ok:
         raise call.fail(f"oneDNN has no kernel for this {what}: {why}")
-    sdfg = dace.SDFG(f"{what}_onednn")
+    sdfg = outer_layout_sdfg(call, f"{what}_onednn")
     state = sdfg.add_state()
-    for conn, array in {**call.inputs, **call.outputs}.items():
-        sdfg.add_array(conn, array.shape, array.dtype, strides=array.strides,
-                       total_size=array.total_size)
     ctype, sized = onednn.C_TYPES[type(desc)][0], onednn.c_assignments(desc, "desc_")
     if sized:
         head = (f"static const {ctype} site_ = {onednn.c_initializer(desc)};\n"

@@ -26,7 +26,7 @@ from workbench.build import onednn
 from workbench.errors import UnsupportedCaseError
 from workbench.ops.conv_onednn import library_call, library_ready, strides_of
 from workbench.ops.linalg import add_bias_state
-from workbench.ops.registry import expand_as, implements, keep_strides
+from workbench.ops.registry import expand_as, implements, keep_strides, outer_layout_sdfg
 
 
 def rows_of(shape, strides):
@@ -75,6 +75,8 @@ def b_is_transient(call) -> bool:
 
 
 def _library(call):
+    """The library's SDFG and the product's descriptor (raises call.fail where the
+    library cannot run it)."""
     library_ready(call)
     if b_is_transient(call):
         raise call.fail("B is computed inside the program: the library packs only constants")
@@ -90,16 +92,16 @@ def _library(call):
                         f"__a, __b, {'__bias' if bias else 'nullptr'}, __y")
     if call.op_type == "Gemm" and c is not None and call.attr("beta", 1.0) != 0 and not bias:
         add_bias_state(call, sdfg, sdfg.sink_nodes()[0], onednn.size_of_field(d, "m"), d.n)
-    return sdfg
+    return sdfg, d
 
 
 @implements("MatMul", "Gemm", impl="onednn")
 def gemm_onednn(call):
     try:
-        library = _library(call)
+        library, desc = _library(call)
     except UnsupportedCaseError:
         return expand_as(call, "blas")
-    rows = onednn.size_of_field(gemm_desc(call), "m")
+    rows = onednn.size_of_field(desc, "m")
     if not call.node.library_rows or isinstance(rows, int):
         return library
     return _by_rows(call, library, library_condition(rows, call.node.library_rows))
@@ -120,10 +122,7 @@ def _by_rows(call, library, condition: str):
     the row count between them."""
     blas = expand_as(call, "blas")
     keep_strides(blas, call)
-    sdfg = dace.SDFG("gemm_by_rows")
-    for conn, array in {**call.inputs, **call.outputs}.items():
-        sdfg.add_array(conn, array.shape, array.dtype, strides=array.strides,
-                       total_size=array.total_size)
+    sdfg = outer_layout_sdfg(call, "gemm_by_rows")
     pick, done = sdfg.add_state("pick", is_start_block=True), sdfg.add_state("done")
     for name, inner, when in (("onednn", library, condition),
                               ("blas", blas, f"not ({condition})")):

@@ -215,6 +215,17 @@ def keep_strides(sdfg, call) -> None:
         inner.strides, inner.total_size = outer.strides, outer.total_size
 
 
+def outer_layout_sdfg(call, name: str) -> dace.SDFG:
+    """A new SDFG with one non-transient array per connector, each laid out as it is
+    stored outside (strides and total size kept), for implementations that index the
+    real layout: library calls, strided copies, branches around nested expansions."""
+    sdfg = dace.SDFG(name)
+    for conn, array in {**call.inputs, **call.outputs}.items():
+        sdfg.add_array(conn, array.shape, array.dtype, strides=array.strides,
+                       total_size=array.total_size)
+    return sdfg
+
+
 def is_row_major(desc) -> bool:
     """``desc`` laid out in C order (a size-1 dimension's stride does not matter)."""
     return all(n == 1 or s == r for n, s, r in zip(desc.shape, desc.strides,

@@ -11,7 +11,7 @@ import numpy as np
 
 from workbench.ops.index_maps import (check_shape, copy_map, element_map, literal, offset, op_sdfg,
                                       params, size_of, whole)
-from workbench.ops.registry import implements
+from workbench.ops.registry import implements, outer_layout_sdfg
 
 
 def _axis(axis: int, rank: int) -> int:
@@ -75,11 +75,8 @@ def concat_direct(call):
     y = call.output(0)
     shape, strides = call.shape(y), [typical(s) for s in call.outputs[y].strides]
     axis = _axis(call.attr("axis"), len(shape))
-    sdfg = dace.SDFG("concat_direct")
+    sdfg = outer_layout_sdfg(call, "concat_direct")
     state = sdfg.add_state()
-    for conn, desc in {**call.inputs, **call.outputs}.items():
-        sdfg.add_array(conn, desc.shape, desc.dtype, strides=desc.strides,
-                       total_size=desc.total_size)
     order = sorted(range(len(shape)), key=lambda d: -strides[d])
     out_node, at = state.add_write(y), 0
     for k, conn in enumerate(call.inputs):
