@@ -58,6 +58,9 @@ def _plan(sdfg, state, node):
     fill = writers[0].src if len(writers) == 1 else None
     if not isinstance(fill, OnnxOp) or fill.op_type not in FILLS or \
             fill.domain not in ("", "ai.onnx"):
+        if not writers:
+            return Refusal(f"its data '{data.data}' is a weight or an input of the program, "
+                           f"not the output of a fill")
         kind = fill.op_type if isinstance(fill, OnnxOp) else "no single operator"
         return Refusal(f"its data '{data.data}' is written by {kind}, not a fill "
                        f"({names_text(sorted(FILLS))})")
