@@ -10,7 +10,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import workbench
-from fusion_helpers import F32, apply_all, graph_model, node, rand, verify
+from fusion_helpers import F32, graph_model, node, rand, verify
 from onnx_helpers import onnx_ops
 from workbench import transformation_api as transform
 from workbench.build import onednn

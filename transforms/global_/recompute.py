@@ -266,27 +266,10 @@ class RecomputeInBackward(OperatorTransformation):
     def rewrite(self, sdfg, state, node, plan, weights=None):
         made = {}   # forward array -> access node of its copy
         for op, onnx_name, label, array in plan.copies or _copies(sdfg, state, plan.chain):
-            twin = copy.deepcopy(op)
-            twin.onnx_name, twin.label = onnx_name, label
-            state.add_node(twin)
-            reads_copies = False
-            for e in state.in_edges(op):
-                if e.data.is_empty():
-                    continue
-                src = made.get(e.src.data, e.src)
-                reads_copies |= src is not e.src
-                memlet = copy.deepcopy(e.data)
-                if src is not e.src:
-                    memlet.data = src.data
-                state.add_edge(src, e.src_conn, twin, e.dst_conn, memlet)
-            if not reads_copies:
-                state.add_nedge(plan.anchor, twin, dace.Memlet())
             out = next(e for e in state.out_edges(op) if not e.data.is_empty())
-            name = sdfg.add_datadesc(array, copy.deepcopy(sdfg.arrays[out.dst.data]))
-            made[out.dst.data] = state.add_access(name)
-            memlet = copy.deepcopy(out.data)
-            memlet.data = name
-            state.add_edge(twin, out.src_conn, made[out.dst.data], out.dst_conn, memlet)
+            add_twin(sdfg, state, op, (onnx_name, label),
+                     [e for e in state.in_edges(op) if not e.data.is_empty()], [(out, array)],
+                     made, plan.anchor)
         twin_x = made[plan.x.data]
         for e in plan.readers:
             memlet = copy.deepcopy(e.data)
@@ -317,3 +300,31 @@ def _copies(sdfg, state, chain) -> list:
         arrays.add(array)
         out.append((op, name, label, array))
     return out
+
+
+def add_twin(sdfg, state, op, names, ins, outs, made, anchor):
+    """A copy of ``op`` named ``names`` (ONNX name, label) in the backward pass: it reads
+    the copies already made (``made``: forward array -> access node of its copy) where
+    there are any, else the forward arrays, after ``anchor``; it writes new arrays,
+    ``outs`` being (edge of ``op``'s output, new array name) pairs, whose access nodes
+    join ``made``. RecomputeInBackward and RecomputeBlock both copy this way."""
+    twin = copy.deepcopy(op)
+    twin.onnx_name, twin.label = names
+    state.add_node(twin)
+    reads_copies = False
+    for e in ins:
+        src = made.get(e.src.data, e.src)
+        reads_copies |= src is not e.src
+        memlet = copy.deepcopy(e.data)
+        if src is not e.src:
+            memlet.data = src.data
+        state.add_edge(src, e.src_conn, twin, e.dst_conn, memlet)
+    if not reads_copies:
+        state.add_nedge(anchor, twin, dace.Memlet())
+    for out, array in outs:
+        name = sdfg.add_datadesc(array, copy.deepcopy(sdfg.arrays[out.dst.data]))
+        made[out.dst.data] = state.add_access(name)
+        memlet = copy.deepcopy(out.data)
+        memlet.data = name
+        state.add_edge(twin, out.src_conn, made[out.dst.data], out.dst_conn, memlet)
+    return twin

@@ -48,13 +48,12 @@ Rules:
 import copy
 from dataclasses import dataclass
 
-import dace
 from dace import data as dt
 from dace.sdfg import nodes
 
 from transforms.fusion import program as prog
 from transforms.global_.recompute import (ANCHOR_DEPTH, _mb, _readers, _role, _root,
-                                          _spans, _writers)
+                                          _spans, _writers, add_twin)
 from transforms.operator_transformation import OperatorTransformation
 from workbench import nodeid
 from workbench.analysis.memory import _bytes
@@ -326,26 +325,9 @@ class RecomputeBlock(OperatorTransformation):
     def rewrite(self, sdfg, state, node, plan, weights=None):
         made = {}   # forward array -> access node of its copy
         for op, onnx_name, label, arrays in plan.copies or _copies(sdfg, state, plan):
-            twin = copy.deepcopy(op)
-            twin.onnx_name, twin.label = onnx_name, label
-            state.add_node(twin)
-            reads_copies = False
-            for e in _ins(state, op):
-                src = made.get(e.src.data, e.src)
-                reads_copies |= src is not e.src
-                memlet = copy.deepcopy(e.data)
-                if src is not e.src:
-                    memlet.data = src.data
-                state.add_edge(src, e.src_conn, twin, e.dst_conn, memlet)
-            if not reads_copies:
-                state.add_nedge(plan.anchor, twin, dace.Memlet())
-            for out in _outs(state, op):
-                name = sdfg.add_datadesc(arrays[out.dst.data],
-                                         copy.deepcopy(sdfg.arrays[out.dst.data]))
-                made[out.dst.data] = state.add_access(name)
-                memlet = copy.deepcopy(out.data)
-                memlet.data = name
-                state.add_edge(twin, out.src_conn, made[out.dst.data], out.dst_conn, memlet)
+            add_twin(sdfg, state, op, (onnx_name, label), _ins(state, op),
+                     [(out, arrays[out.dst.data]) for out in _outs(state, op)], made,
+                     plan.anchor)
         for e in plan.readers:
             twin_x = made[e.src.data]
             memlet = copy.deepcopy(e.data)
