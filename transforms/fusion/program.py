@@ -23,10 +23,9 @@ import re
 from dataclasses import dataclass, field
 
 import dace
-from dace.sdfg import nodes
 from dace.sdfg.utils import dfs_topological_sort
 
-from transforms.fusion.chains import carry_waits
+from transforms.fusion.chains import replace_chain
 from transforms.graph import readers_elsewhere
 from workbench.errors import TransformationError
 from workbench.ops import elementwise as ew
@@ -212,22 +211,5 @@ def replace(sdfg, state, members, program: Program, node, extra_inputs=()) -> No
     """Put ``node`` in place of ``members``: wire the program's arrays, drop the internal ones."""
     if not program.outputs:
         raise TransformationError("nothing reads what the operators compute; nothing to fuse")
-    state.add_node(node)
-    for conn, access in list(extra_inputs) + program.inputs:
-        state.add_edge(access, None, node, conn,
-                       dace.Memlet.from_array(access.data, sdfg.arrays[access.data]))
-    for conn, access in program.outputs:
-        state.add_edge(node, conn, access, None,
-                       dace.Memlet.from_array(access.data, sdfg.arrays[access.data]))
-    carry_waits(state, members, node, program.internal)
-    sources = {e.src for m in members for e in state.in_edges(m)}
-    for member in members:
-        state.remove_node(member)
-    for access in sources:  # an inlined constant nothing reads any more
-        if access in state.nodes() and state.degree(access) == 0:
-            state.remove_node(access)
-    for access in program.internal:
-        state.remove_node(access)
-        if not any(isinstance(n, nodes.AccessNode) and n.data == access.data
-                   for s in sdfg.states() for n in s.nodes()):
-            sdfg.remove_data(access.data)
+    replace_chain(sdfg, state, members, program.internal, node,
+                  list(extra_inputs) + program.inputs, program.outputs)
