@@ -85,7 +85,7 @@ class GemmOnOneDNN(OperatorTransformation):
         times = gemm_timing.gemm_times(desc.m, desc.k, desc.n, transposed)
         if times is None:
             return Refusal("the BLAS to time against is not installed")
-        if times["onednn"] > gemm_timing.MARGIN * times["blas"]:
+        if gemm_timing.faster(times) != "onednn":
             return Refusal(f"{name}: oneDNN measured {times['onednn']:.3f} ms against the "
                            f"BLAS's {times['blas']:.3f} ms ({desc.m}x{desc.k}x{desc.n})")
         return kernel, f"{desc.m}x{desc.k}x{desc.n}: {_times(times)}", []

@@ -13,8 +13,10 @@ second run, or a replayed recipe, times nothing: the choice is
 deterministic given the cache. That holds across a session's processes too
 (the worker lists the matches the window shows), so a timing taken under load
 is kept like any other: a cache that refused it let two processes time the
-same shape apart and disagree (tests/test_replica.py). Delete the folder to
-time again on a quiet machine.
+same shape apart and disagree (tests/test_replica.py). Each timing records the
+load per core it was taken under; ``python app.py kernels`` lists them and
+``--retime --busy`` times those taken under load again, at a point the user
+chooses (``retime``), not in the middle of a session.
 
 A product whose row count is a symbol (a sequence length) is timed at
 ``PROBE_ROWS``; ``rows_where_faster`` turns those into the row ranges where
@@ -79,25 +81,85 @@ def shape_key(m: int, k: int, n: int, b_transposed: bool) -> str:
     return f"gemm {m}x{k}x{n}{' bT' if b_transposed else ''}"
 
 
-def gemm_times(m: int, k: int, n: int, b_transposed: bool):
-    """{"onednn": ms, "blas": ms} for Y[m, n] = A[m, k] @ B (+ bias) on this machine,
-    from the cache or measured now; None when either library is missing here."""
+def parse_shape_key(key: str):
+    """(m, k, n, b_transposed) of a ``shape_key``."""
+    words = key.split()
+    m, k, n = (int(v) for v in words[1].split("x"))
+    return m, k, n, words[-1] == "bT"
+
+
+# a timing taken with at least this many runnable processes per core (the one-minute load
+# average) had to share the cores: its choice may be another than on a quiet machine
+BUSY_LOAD = 1.0
+
+
+def load_per_core() -> float:
+    return round(os.getloadavg()[0] / (os.cpu_count() or 1), 2)
+
+
+def _libraries():
+    """(cache file of this machine, shim, blas), or None when either library is missing."""
     from workbench.build import onednn
     from workbench.runtime.threads import DEFAULT_THREADS
     blas, shim = blas_library(), onednn.shim() if onednn.available() else None
     if not blas or not shim:
         return None
-    path = _cache_file(machine_key(DEFAULT_THREADS, shim, blas))
+    return _cache_file(machine_key(DEFAULT_THREADS, shim, blas)), shim, blas
+
+
+def _store(path: Path, entries: dict) -> None:
+    """Merge ``entries`` into the cache file (another process may have added shapes)."""
+    known = {**(json.loads(path.read_text()) if path.exists() else {}), **entries}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def cached():
+    """{shape key: timing} this machine's cache holds, or None when a library is missing."""
+    found = _libraries()
+    if found is None:
+        return None
+    path = found[0]
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def retime(keys) -> dict:
+    """Time the shapes ``keys`` again now and keep the new timings: {key: (old, new)}. A
+    session already open keeps the choices it made; the next ``auto`` reads these."""
+    from workbench.runtime.threads import DEFAULT_THREADS
+    path, shim, blas = _libraries()
+    changed = {}
+    with _lock:
+        known = json.loads(path.read_text()) if path.exists() else {}
+        for key in keys:
+            m, k, n, transposed = parse_shape_key(key)
+            changed[key] = (known.get(key), _measure(m, k, n, transposed, DEFAULT_THREADS,
+                                                     shim, blas))
+        _store(path, {key: new for key, (_, new) in changed.items()})
+    return changed
+
+
+def faster(timing: dict) -> str:
+    """The library a timing chooses: "onednn" only when it wins by the margin."""
+    return "onednn" if timing["onednn"] <= MARGIN * timing["blas"] else "blas"
+
+
+def gemm_times(m: int, k: int, n: int, b_transposed: bool):
+    """{"onednn": ms, "blas": ms} for Y[m, n] = A[m, k] @ B (+ bias) on this machine,
+    from the cache or measured now; None when either library is missing here."""
+    from workbench.runtime.threads import DEFAULT_THREADS
+    found = _libraries()
+    if found is None:
+        return None
+    path, shim, blas = found
     key = shape_key(m, k, n, b_transposed)
     with _lock:
         known = json.loads(path.read_text()) if path.exists() else {}
         if key not in known:
             known[key] = _measure(m, k, n, b_transposed, DEFAULT_THREADS, shim, blas)
-            known = {**(json.loads(path.read_text()) if path.exists() else {}), **known}
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
-            os.replace(tmp, path)
+            _store(path, {key: known[key]})
         return known[key]
 
 
@@ -114,7 +176,7 @@ def rows_where_faster(k: int, n: int, b_transposed: bool):
         times[m] = t
     ranges = []
     for i, m in enumerate(PROBE_ROWS):
-        if times[m]["onednn"] > MARGIN * times[m]["blas"]:
+        if faster(times[m]) != "onednn":
             continue
         lo = 0 if i == 0 else 2 * PROBE_ROWS[i - 1]
         hi = 2 * m if i + 1 < len(PROBE_ROWS) else None
@@ -130,10 +192,11 @@ def _measure(m, k, n, b_transposed, threads, shim, blas) -> dict:
     # run as a file, not a module: the package's imports would load DaCe (3 s)
     cmd = [sys.executable, __file__, str(m), str(k), str(n), str(int(b_transposed)), str(shim),
            blas]
+    load = load_per_core()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     if done.returncode:
         raise RuntimeError(f"timing the GEMM {m}x{k}x{n} failed:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "load": load}
 
 
 def _time_both(m, k, n, b_transposed, shim, blas) -> dict:

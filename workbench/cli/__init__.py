@@ -10,15 +10,15 @@ from workbench.cli.common import run_command
 from workbench.progress import Progress
 
 def build_parser(extra=()):
-    from workbench.cli import (bench, conformance, generate, info, optimize, train, transforms,
-                               verify)
+    from workbench.cli import (bench, conformance, generate, info, kernels, optimize, train,
+                               transforms, verify)
     parser = argparse.ArgumentParser(prog="app.py", description="DaCe Workbench: see and cut "
                                      "data movement in neural networks.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in (info, verify, transforms, optimize, bench, train, conformance, generate,
-                   *extra):
+                   kernels, *extra):
         module.register(sub)
     return parser
 
