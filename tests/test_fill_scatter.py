@@ -48,7 +48,8 @@ def test_scatters_onto_fills_match_onnxruntime_and_move_less():
     assert sorted(m.description for m in found) == [
         "SE onto Fill (1.5 in 'ones')", "SND onto Zeros (0.0 in 'zeros')"]
     refused = {r.node: r.reason for r in transform.refusals(transform.get(NAME), ws.sdfg)}
-    assert any("Plain" in node and "not the output of a fill" in reason for node, reason in refused.items())
+    assert any("Plain" in node and "not the output of a fill" in reason
+               for node, reason in refused.items())
     before = ws.data_movement().moved_bytes
     for match in found:
         predicted = ws.predict(match).delta_bytes

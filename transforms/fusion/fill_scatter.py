@@ -21,10 +21,8 @@ Rules:
 The program computes what it did: every element of the output starts as the
 value and takes the same updates in the same reduction.
 """
-import numpy as np
-
 from transforms.fusion import program as prog
-from transforms.fusion.chains import constant_scalar, replace_chain
+from transforms.fusion.chains import replace_chain
 from transforms.graph import in_array, names_text, single_consumer, state_accesses
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops.node import OnnxOp
@@ -42,10 +40,9 @@ def fill_value(node):
         return attribute_tensor(value).ravel()[0].item() if value else 0.0
     if node.op_type in ("Expand", "Tile"):
         value = node.consts.get(0)
-        if value is None or value.size != 1:
+        if value is None or value.size != 1 or value.dtype.kind not in "biuf":
             return None
-        number = constant_scalar(node, 0)
-        return None if number is None else np.asarray(value).ravel()[0].item()
+        return value.ravel()[0].item()
     return None
 
 
@@ -102,8 +99,8 @@ class FillIntoScatter(OperatorTransformation):
         inputs = [(e.dst_conn, e.src) for e in state.in_edges(node)
                   if e.dst_conn in node.onnx_inputs[1:]]
         outputs = [(e.src_conn, e.dst) for e in state.out_edges(node)]
-        fused = OnnxOp(prog.unique_label(state, node.onnx_name), op_type=ON_FILL[node.op_type], domain=DOMAIN,
-                       onnx_name=node.onnx_name, opset=node.opset,
+        fused = OnnxOp(prog.unique_label(state, node.onnx_name), op_type=ON_FILL[node.op_type],
+                       domain=DOMAIN, onnx_name=node.onnx_name, opset=node.opset,
                        attrs={**node.attrs, "fill": value},
                        onnx_inputs=[""] + list(node.onnx_inputs[1:]),
                        onnx_outputs=list(node.onnx_outputs))
