@@ -8,10 +8,11 @@ tasklet and the chain reads its inputs and writes its outputs once.
 Rules:
 1. Members are element-wise operators (see ``program.py``: the table ops of
    ``elementwise.py``, Clip, Gelu, Mean, earlier fused nodes) of one float
-   dtype, whose arrays and Views are row-major: the fused node reads and
-   writes plain arrays, so one stored or seen with other strides (a
-   transpose folded into its reader as a strided View, which the build may
-   turn into a strided array; ChannelsLast) keeps its operator unfused.
+   dtype, whose arrays are row-major; a View may have any strides (a
+   transpose folded into its reader, a transposed weight gradient): the
+   fused node's row kernel steps through each tensor where it lies
+   (``simd.add_row_kernel``). An Array stored in another order
+   (ChannelsLast) keeps its operator unfused.
 2. A producer and an element-wise consumer of its output join one group
    when the consumer writes a tensor of the output's shape (a consumer that
    broadcasts it would recompute the producer per element).
@@ -36,8 +37,12 @@ from workbench.transformation_api import Refusal, Transformation, register
 
 
 def candidate(sdfg, state, node) -> bool:
+    # a strided View (a transposed weight gradient) is read and written where it lies by
+    # the row kernel (simd.add_row_kernel steps by its strides); an Array stored in
+    # another order (ChannelsLast) is not: the fused op sees its connectors row-major
     return (prog.is_elementwise(node) and prog.dtype_of(sdfg, state, node) is not None
-            and not strided_arrays(sdfg, state, node))
+            and not [a for a in strided_arrays(sdfg, state, node)
+                     if not isinstance(sdfg.arrays[a], dace.data.View)])
 
 
 def strided_arrays(sdfg, state, node) -> list:

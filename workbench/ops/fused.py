@@ -15,7 +15,8 @@ import dace
 
 from workbench.ops.conv_onednn import epilogue_on_library
 from workbench.ops.onepass import layernorm_row, softmax_row
-from workbench.ops.registry import connector_sdfg, implementations_of, implements
+from workbench.ops.registry import (connector_sdfg, implementations_of, implements, is_row_major,
+                                    outer_layout_sdfg)
 from workbench.ops.simd import add_row_kernel
 
 
@@ -43,7 +44,14 @@ def fused_elementwise(call):
     """Every output at once from the composed program in ``code``, one row loop per row."""
     ins = [c for c in call.node.onnx_inputs if c]
     outs = [c for c in call.node.onnx_outputs if c]
-    sdfg, state = connector_sdfg(call, "fused_elementwise")
+    # the row kernel steps through each tensor at its own strides (a transposed weight
+    # gradient the build stores strided), so the arrays keep the layout they have outside;
+    # a row operator's kernels (onepass.py) walk contiguous rows only
+    if call.attr("row") and not all(is_row_major(d) for d in {**call.inputs,
+                                                             **call.outputs}.values()):
+        raise call.fail("a row operator (Softmax, LayerNorm) runs on row-major rows only")
+    sdfg = outer_layout_sdfg(call, "fused_elementwise")
+    state = sdfg.add_state()
     shape = call.shape(outs[0])
     if 0 in shape:
         return sdfg  # nothing to compute; a map over an empty range is invalid

@@ -16,7 +16,7 @@ import dace
 from dace.codegen.cppunparse import py2cpp
 
 from workbench.ops.registry import mapped_tasklet
-from workbench.ops.symbolic_sizes import cpp_size, maybe, surely
+from workbench.ops.symbolic_sizes import cpp_size, maybe, sized, surely
 
 FLOAT_TYPES = (dace.float32, dace.float64)  # what the row kernels compute in
 
@@ -94,6 +94,23 @@ def _same_reach(array_shape, shape, first, last) -> bool:
     return len(reach) <= 1
 
 
+def _one_run(array_shape, strides, shape, first, last) -> bool:
+    """Whether the operand's elements of dims ``first..last`` (read whole) lie evenly
+    spaced, so that one row loop walks them: each dim's stride is the next one's times
+    its size (always so for a row-major array; a strided View may break it)."""
+    offset = len(shape) - len(array_shape)
+    dims = [d - offset for d in range(first, last + 1)
+            if d >= offset and array_shape[d - offset] != 1]
+    return all(surely(strides[a] == strides[b] * array_shape[b]) for a, b in zip(dims, dims[1:]))
+
+
+def _row_step(array_shape, strides, shape, row):
+    """The operand's stride along the row (its innermost dim of extent above 1)."""
+    offset = len(shape) - len(array_shape)
+    dims = [d - offset for d in range(offset, row + 1) if array_shape[d - offset] != 1]
+    return strides[dims[-1]] if dims else 1
+
+
 def _chunks(n, chunk: int) -> str:
     """How many ``chunk``-element pieces cover ``n`` elements, as a map range's end."""
     try:
@@ -113,13 +130,18 @@ def add_row_kernel(state, label: str, shape, inputs: dict, lines, outputs: dict,
     """
     shape = tuple(shape) or (1,)
     row = max([d for d, size in enumerate(shape) if size != 1], default=len(shape) - 1)
-    arrays = [s for _, s in {**inputs, **outputs}.values()]
+    operands = {**inputs, **outputs}
+    strides = {c: tuple(state.parent.arrays[arr].strides) for c, (arr, _) in operands.items()}
+    arrays = [s for _, s in operands.values()]
     # The row is the trailing dims every operand reads whole or not at all (contiguous
     # in both cases): EfficientNet's [1, 240, 28, 28] SiLU runs 240 rows of 784, not
-    # 6720 rows of 28 whose remainder loops cost more than the vector work.
+    # 6720 rows of 28 whose remainder loops cost more than the vector work. A strided
+    # View (a transposed weight gradient) joins dims only where they form one run.
     start = row
-    while tail is None and start > 0 and all(_same_reach(s, shape, start - 1, row)
-                                             for s in arrays):
+    while tail is None and start > 0 and all(
+            _same_reach(s, shape, start - 1, row)
+            and (not _full(s, shape, start - 1) or _one_run(s, strides[c], shape, start - 1, row))
+            for c, (_, s) in operands.items()):
         start -= 1
     n = 1  # trailing size-1 dimensions do not break contiguity
     for size in shape[start:row + 1]:
@@ -145,8 +167,13 @@ def add_row_kernel(state, label: str, shape, inputs: dict, lines, outputs: dict,
                for k, size in enumerate(array_shape)]
         return ", ".join(idx) or "0"
 
-    # A connector that sees one element of the row is a scalar in C++, else a row pointer.
-    names = {c: f"{c}[j_]" if along_row(s) else c for c, (_, s) in {**inputs, **outputs}.items()}
+    # A connector that sees one element of the row is a scalar in C++, else a row pointer
+    # (stepping by its stride along the row where that is not 1).
+    def element(c, s):
+        step = sized(_row_step(s, strides[c], shape, row))
+        return f"{c}[j_]" if surely(step == 1) else f"{c}[j_ * {cpp_size(step)}]"
+
+    names = {c: element(c, s) if along_row(s) else c for c, (_, s) in operands.items()}
     body = [(names.get(name, name), substitute(expr, names)) for name, expr in lines]
     bounds = ((f"c * {chunk}", f"min(c * {chunk} + {chunk}, {cpp_size(n)})")
               if chunk else ("0", None))
