@@ -4,6 +4,9 @@ machine and shape), the programs equal onnxruntime, and the shim's packed weight
 a change of the weight."""
 import ctypes
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -105,6 +108,23 @@ def test_a_measurement_is_made_once_per_machine_and_shape(monkeypatch, tmp_path)
     assert first["onednn"] > 0 and first["blas"] > 0 and first["load"] >= 0
     (cache,) = (tmp_path / "kernel-choices").glob("*.json")
     assert json.loads(cache.read_text()) == {"gemm 32x48x40": first, "gemm 32x48x40 bT": other}
+
+
+def test_two_processes_asking_at_once_measure_once():
+    """A session's worker and its window (or two suites) asking for a new shape at the
+    same time get one timing: the cache is held across processes while one measures, so
+    both choose alike (two measurements differ in their last digits)."""
+    code = ("import json; from workbench.build import gemm_timing as g; "
+            "print(json.dumps(g.gemm_times(23, 57, 41, False)))")
+    root = Path(__file__).resolve().parent.parent
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=root, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-2000:]
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    assert outs[0] == outs[1] and outs[0]["onednn"] > 0
 
 
 def test_packed_weights_follow_a_new_weight():

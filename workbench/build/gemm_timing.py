@@ -22,6 +22,7 @@ A product whose row count is a symbol (a sequence length) is timed at
 ``PROBE_ROWS``; ``rows_where_faster`` turns those into the row ranges where
 oneDNN runs, decided per call (``matmul_onednn``).
 """
+import contextlib
 import ctypes
 import hashlib
 import json
@@ -107,6 +108,21 @@ def _libraries():
     return _cache_file(machine_key(DEFAULT_THREADS, shim, blas)), shim, blas
 
 
+@contextlib.contextmanager
+def _held(path: Path):
+    """This machine's cache held by this thread and process alone: a session's worker
+    and the window (or two suites) asking for a new shape at once measure it once and
+    both read that timing; the file is read, merged and written whole under it."""
+    import fcntl
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _lock, open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _store(path: Path, entries: dict) -> None:
     """Merge ``entries`` into the cache file (another process may have added shapes)."""
     known = {**(json.loads(path.read_text()) if path.exists() else {}), **entries}
@@ -131,7 +147,7 @@ def retime(keys) -> dict:
     from workbench.runtime.threads import DEFAULT_THREADS
     path, shim, blas = _libraries()
     changed = {}
-    with _lock:
+    with _held(path):
         known = json.loads(path.read_text()) if path.exists() else {}
         for key in keys:
             m, k, n, transposed = parse_shape_key(key)
@@ -155,7 +171,7 @@ def gemm_times(m: int, k: int, n: int, b_transposed: bool):
         return None
     path, shim, blas = found
     key = shape_key(m, k, n, b_transposed)
-    with _lock:
+    with _held(path):
         known = json.loads(path.read_text()) if path.exists() else {}
         if key not in known:
             known[key] = _measure(m, k, n, b_transposed, DEFAULT_THREADS, shim, blas)
