@@ -49,3 +49,21 @@ def test_a_chain_reading_a_transposed_view_fuses_and_matches(perm):
                                     if isinstance(n, OnnxOp) and n.op_type in ("Mul", "Relu")]
     report = ws.verify()
     assert report.match, report.text()
+
+
+def test_a_row_operator_does_not_join_a_chain_reading_a_strided_view():
+    """Softmax over the last axis after such a chain stays apart (its sweeps walk
+    contiguous rows), says why, and the program still matches."""
+    model = _chain_on_transpose((0, 1, 3, 2))
+    graph = model.graph
+    graph.node[-1].output[0] = "s"
+    graph.node.append(helper.make_node("Softmax", ["s"], ["y"], name="S", axis=-1))
+    ws = workbench.open(model)
+    _apply_all(ws, "FoldTransposeIntoConsumer")
+    _apply_all(ws, "ElementwiseChainFusion")
+    assert transform.find_matches(transform.get("RowEpilogueFusion"), ws.sdfg) == []
+    reasons = [r.reason for r in transform.refusals(transform.get("RowEpilogueFusion"),
+                                                    ws.sdfg)]
+    assert any("reads or writes t at other strides" in r for r in reasons), reasons
+    report = ws.verify()
+    assert report.match, report.text()

@@ -17,12 +17,15 @@ Rules:
    and InvStdDev outputs, of float32/float64 data.
 3. The last dimension has more than one element; LayerNorm's scale and bias
    are per-feature vectors of that length (or single values).
-4. The producer's node takes the row operator as its ``row`` attribute, its
+4. The producer reads and writes row-major tensors only (a fused chain may read a
+   strided View; the row operator's sweeps walk contiguous rows).
+5. The producer's node takes the row operator as its ``row`` attribute, its
    scale and bias as new inputs, and writes the row operator's output.
 """
 import dace
 
 from transforms.fusion import program as prog
+from transforms.fusion.elementwise_chain import strided_arrays
 from transforms.graph import (in_array, node_text, readers_elsewhere, readers_text, shape_text,
                               state_accesses)
 from transforms.operator_transformation import OperatorTransformation
@@ -85,6 +88,10 @@ def producer_of(sdfg, state, node):
         return Refusal(f"{producer.onnx_name} already runs a row operator")
     if len(state.out_edges(producer)) != 1:
         return Refusal(f"{producer.onnx_name} writes {len(state.out_edges(producer))} outputs")
+    strided = strided_arrays(sdfg, state, producer)
+    if strided:
+        return Refusal(f"{producer.onnx_name} reads or writes {', '.join(strided)} at other "
+                       f"strides; the row operator's sweeps walk contiguous rows")
     return producer
 
 
