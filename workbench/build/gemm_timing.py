@@ -123,10 +123,13 @@ def _held(path: Path):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def _store(path: Path, entries: dict) -> None:
-    """Merge ``entries`` into the cache file (another process may have added shapes)."""
-    known = {**(json.loads(path.read_text()) if path.exists() else {}), **entries}
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Merge ``entries`` into the cache file (under ``_held``)."""
+    known = {**_read(path), **entries}
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
     os.replace(tmp, path)
@@ -137,24 +140,19 @@ def cached():
     found = _libraries()
     if found is None:
         return None
-    path = found[0]
-    return json.loads(path.read_text()) if path.exists() else {}
+    return _read(found[0])
 
 
 def retime(keys) -> dict:
-    """Time the shapes ``keys`` again now and keep the new timings: {key: (old, new)}. A
+    """Time the shapes ``keys`` again now and keep the new timings: {key: timing}. A
     session already open keeps the choices it made; the next ``auto`` reads these."""
     from workbench.runtime.threads import DEFAULT_THREADS
     path, shim, blas = _libraries()
-    changed = {}
     with _held(path):
-        known = json.loads(path.read_text()) if path.exists() else {}
-        for key in keys:
-            m, k, n, transposed = parse_shape_key(key)
-            changed[key] = (known.get(key), _measure(m, k, n, transposed, DEFAULT_THREADS,
-                                                     shim, blas))
-        _store(path, {key: new for key, (_, new) in changed.items()})
-    return changed
+        fresh = {key: _measure(*parse_shape_key(key), DEFAULT_THREADS, shim, blas)
+                 for key in keys}
+        _store(path, fresh)
+    return fresh
 
 
 def faster(timing: dict) -> str:
@@ -172,7 +170,7 @@ def gemm_times(m: int, k: int, n: int, b_transposed: bool):
     path, shim, blas = found
     key = shape_key(m, k, n, b_transposed)
     with _held(path):
-        known = json.loads(path.read_text()) if path.exists() else {}
+        known = _read(path)
         if key not in known:
             known[key] = _measure(m, k, n, b_transposed, DEFAULT_THREADS, shim, blas)
             _store(path, {key: known[key]})

@@ -59,8 +59,7 @@ def run(args, progress) -> int:
         keys = [k for k, row in rows.items() if row["busy"] or not args.busy]
         with progress.phase("timing GEMM shapes again", len(keys)) as step:
             for done, key in enumerate(keys, 1):
-                (_, new), = gemm_timing.retime([key]).values()
-                before[key], rows[key] = rows[key], _row(key, new)
+                before[key], rows[key] = rows[key], _row(key, gemm_timing.retime([key])[key])
                 step(done, key)
     print(f"{len(rows)} GEMM shape(s) timed on this machine"
           + (f", {len(before)} just now" if args.retime else "") + ":")

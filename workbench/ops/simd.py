@@ -132,7 +132,6 @@ def add_row_kernel(state, label: str, shape, inputs: dict, lines, outputs: dict,
     row = max([d for d, size in enumerate(shape) if size != 1], default=len(shape) - 1)
     operands = {**inputs, **outputs}
     strides = {c: tuple(state.parent.arrays[arr].strides) for c, (arr, _) in operands.items()}
-    arrays = [s for _, s in operands.values()]
     # The row is the trailing dims every operand reads whole or not at all (contiguous
     # in both cases): EfficientNet's [1, 240, 28, 28] SiLU runs 240 rows of 784, not
     # 6720 rows of 28 whose remainder loops cost more than the vector work. A strided
