@@ -129,6 +129,7 @@ class EpilogueFusion(OperatorTransformation):
                       onnx_inputs=feeds + [c for c, _ in program.inputs],
                       onnx_outputs=[c for c, _ in program.outputs])
         node.implementation = core.implementation
+        node.constant_weights = core.constant_weights
         sources = {e.dst_conn: e.src for e in state.in_edges(core)}
         prog.replace(owner, state, [core, epilogue], program, node,
                      extra_inputs=[(c, sources[c]) for c in feeds])

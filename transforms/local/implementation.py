@@ -1,6 +1,7 @@
 """ChooseImplementation: pick how one operator expands (pure, BLAS, im2col, ...)."""
 from transforms.graph import names_text
 from transforms.layout.views import is_row_major
+from transforms.local.library_kernels import mark_constant_weights
 from transforms.operator_transformation import OperatorTransformation
 from workbench.ops import implementations_of
 from workbench.transformation_api import Refusal, register
@@ -46,3 +47,4 @@ class ChooseImplementation(OperatorTransformation):
 
     def rewrite(self, sdfg, state, node, impl, weights=None):
         node.implementation = impl
+        mark_constant_weights(sdfg, state, node, weights)

@@ -39,7 +39,21 @@ class ConvDesc(ctypes.Structure):
         ("src_strides", ctypes.c_long * 5), ("dst_strides", ctypes.c_long * 5),
         ("has_bias", ctypes.c_int), ("n_post", ctypes.c_int),
         ("post", ctypes.c_int * MAX_POST), ("alpha", ctypes.c_float * MAX_POST),
-        ("beta", ctypes.c_float * MAX_POST)]
+        ("beta", ctypes.c_float * MAX_POST), ("weights_vary", ctypes.c_int)]
+
+
+class DeconvDesc(ConvDesc):
+    """``wb_conv_desc`` for ``wb_dnnl_deconv`` (ConvTranspose): c and m are the input's
+    and the output's channels."""
+
+
+class WGradDesc(ctypes.Structure):
+    """``wb_wgrad_desc`` of wb_dnnl.h: a weight gradient on the backward-weights primitive."""
+    _fields_ = [("nsp", ctypes.c_int), ("n", ctypes.c_long), ("c", ctypes.c_long),
+                ("m", ctypes.c_long), ("groups", ctypes.c_long)] + [
+        (f, ctypes.c_long * 3) for f in ("in_", "out", "k", "stride", "dil", "pad_l", "pad_r")] + [
+        ("src_strides", ctypes.c_long * 5), ("diff_dst_strides", ctypes.c_long * 5),
+        ("diff_w_strides", ctypes.c_long * 6)]
 
 
 class PoolDesc(ctypes.Structure):
@@ -63,7 +77,9 @@ class MatMulDesc(ctypes.Structure):
 # descriptor class -> (its C type, the shim's check function)
 C_TYPES = {ConvDesc: ("wb_conv_desc", "wb_dnnl_conv_check"),
            PoolDesc: ("wb_pool_desc", "wb_dnnl_pool_check"),
-           MatMulDesc: ("wb_matmul_desc", "wb_dnnl_matmul_check")}
+           MatMulDesc: ("wb_matmul_desc", "wb_dnnl_matmul_check"),
+           WGradDesc: ("wb_wgrad_desc", "wb_dnnl_wgrad_check"),
+           DeconvDesc: ("wb_conv_desc", "wb_dnnl_deconv_check")}
 
 
 def root():

@@ -25,6 +25,7 @@ from workbench.errors import UnsupportedCaseError
 from workbench.ops.library_tasklet import library_tasklet
 from workbench.ops.registry import (expand_as, implements, moves_inside, outer_layout_sdfg,
                                     schema_defaults)
+from workbench.ops.conv_wgrad import is_correlation, wgrad_desc
 from workbench.ops.symbolic_sizes import sized
 from workbench.ops.window import sliding_window
 
@@ -64,7 +65,17 @@ def conv_desc(call, x, w, y, has_bias: bool, post: PostOps = None) -> onednn.Con
     for i, (kind, alpha, beta) in enumerate((post or PostOps()).ops):
         d.post[i], d.alpha[i], d.beta[i] = onednn.POST[kind], alpha, beta
     d.n_post = len((post or PostOps()).ops)
+    d.weights_vary = int(not call.node.constant_weights)
     return d
+
+
+def library_desc(call, x, w, y, has_bias: bool, post: PostOps = None):
+    """The shim's descriptor and function for Conv(x, w) + b, post-ops after: the
+    backward-weights primitive for a bare correlation whose kernel is larger than its
+    result (``conv_wgrad``), else the forward convolution."""
+    if not has_bias and not (post and post.ops) and is_correlation(call, w, y):
+        return wgrad_desc(call, x, w, y), "wb_dnnl_wgrad"
+    return conv_desc(call, x, w, y, has_bias, post), "wb_dnnl_conv"
 
 
 def strides_of(call, conn) -> tuple:
@@ -75,7 +86,10 @@ def strides_of(call, conn) -> tuple:
 def library_sdfg(call, x, w, b, y, post: PostOps = None):
     """One tasklet: Y = post-ops(conv(X, W) + B), the arrays at their own strides."""
     library_ready(call)
-    d = conv_desc(call, x, w, y, b is not None, post)
+    d, function = library_desc(call, x, w, y, b is not None, post)
+    if function == "wb_dnnl_wgrad":
+        return library_call(call, "weight_gradient", d, {"__x": x, "__w": w}, y, function,
+                            "__x, __w, __y")
     operands = {"__x": x, "__w": w}
     if b is not None:
         operands["__b"] = b
@@ -83,7 +97,7 @@ def library_sdfg(call, x, w, b, y, post: PostOps = None):
         operands["__r"] = post.residual
     args = ", ".join(name if name in operands else "nullptr"
                      for name in ("__x", "__w", "__b", "__r"))
-    return library_call(call, "convolution", d, operands, y, "wb_dnnl_conv", f"{args}, __y")
+    return library_call(call, "convolution", d, operands, y, function, f"{args}, __y")
 
 
 def library_ready(call):
@@ -178,7 +192,8 @@ def reorder_bytes(call) -> int:
     else:
         conv, x, w, bias = call, call.input(0), call.input(1), call.input(2) is not None
     y = call.output(0)
-    ok, kernel = onednn.check(conv_desc(conv, x, w, y, bias, post))
+    desc, _ = library_desc(conv, x, w, y, bias, post)
+    ok, kernel = onednn.check(desc)
     if not ok:
         return 0
     size = lambda conn: math.prod(call.shape(conn)) * call.dtype(conn).bytes  # noqa: E731

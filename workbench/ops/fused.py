@@ -79,6 +79,7 @@ def core_then_epilogue(call, impl: str):
                    onnx_inputs=core_inputs, onnx_outputs=["Y"])
     inner.implementation = impl
     inner.library_rows = list(call.node.library_rows)
+    inner.constant_weights = call.node.constant_weights
     if call.node.schedule == dace.ScheduleType.GPU_Default:
         # Left Default, DaCe makes a node nested under a GPU_Default one GPU_Device:
         # a kernel holding kernels, which its CUDA code generator cannot emit.

@@ -74,6 +74,13 @@ class OnnxOp(nodes.LibraryNode):
              "the library runs, as flat pairs (hi 0: no end); the BLAS runs elsewhere. "
              "Empty: the library runs at every size")
 
+    constant_weights = properties.Property(
+        dtype=bool, default=False,
+        desc="Input 1 (the weights) is a constant of the program, which a library may pack "
+             "once and keep; set by the transformation that chose the library. False: the "
+             "program or its caller may change them between calls (a training program's "
+             "parameters), so they are packed on every call")
+
     def __init__(self, name, op_type="", domain="", onnx_name="", opset=17, attrs=None,
                  onnx_inputs=(), onnx_outputs=(), consts=None, **kwargs):
         ins = {c for c in onnx_inputs if c}

@@ -18,7 +18,20 @@ typedef struct {
     int n_post;                    // post-ops in order: dst = post_k(...post_0(conv + bias))
     int post[WB_MAX_POST];
     float alpha[WB_MAX_POST], beta[WB_MAX_POST];
+    int weights_vary;              // written by the program: reordered again on every call
 } wb_conv_desc;
+
+// A weight gradient: diff_w[g, m, c, k] = sum over n and the output positions of
+// diff_dst[n, g*M/G + m, o] * src[n, g*C/G + c, o * stride + k * dil - pad_l], each array
+// at its own strides (diff_w's over (G, M/G, C/G, *K)): oneDNN's backward-weights
+// primitive, for a convolution whose weights the program computes (training programs
+// correlate the input with dY as a convolution whose kernel is dY).
+typedef struct {
+    int nsp;
+    long n, c, m, groups;
+    long in[3], out[3], k[3], stride[3], dil[3], pad_l[3], pad_r[3];
+    long src_strides[5], diff_dst_strides[5], diff_w_strides[6];
+} wb_wgrad_desc;
 
 enum { WB_POOL_MAX = 1, WB_POOL_AVG_INCLUDE_PAD, WB_POOL_AVG_EXCLUDE_PAD };
 
@@ -53,6 +66,21 @@ int wb_dnnl_conv(void* ctx, const wb_conv_desc* d, const float* src, const float
 int wb_dnnl_conv_at(void* ctx, const void* site, const wb_conv_desc* d, const float* src,
                     const float* w, const float* bias, const float* add, float* dst);
 int wb_dnnl_conv_check(const wb_conv_desc* d, char* info, int size);
+
+// ConvTranspose on the deconvolution primitive: the same descriptor as a convolution's, c
+// and m the input's and the output's channels; w as ONNX lays it out, (c, m/groups, *k);
+// no post-ops.
+int wb_dnnl_deconv(void* ctx, const wb_conv_desc* d, const float* src, const float* w,
+                   const float* bias, float* dst);
+int wb_dnnl_deconv_at(void* ctx, const void* site, const wb_conv_desc* d, const float* src,
+                      const float* w, const float* bias, float* dst);
+int wb_dnnl_deconv_check(const wb_conv_desc* d, char* info, int size);
+
+int wb_dnnl_wgrad(void* ctx, const wb_wgrad_desc* d, const float* src, const float* diff_dst,
+                  float* diff_w);
+int wb_dnnl_wgrad_at(void* ctx, const void* site, const wb_wgrad_desc* d, const float* src,
+                     const float* diff_dst, float* diff_w);
+int wb_dnnl_wgrad_check(const wb_wgrad_desc* d, char* info, int size);
 
 int wb_dnnl_matmul(void* ctx, const wb_matmul_desc* d, const float* a, const float* b,
                    const float* bias, float* y);

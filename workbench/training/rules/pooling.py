@@ -1,8 +1,11 @@
 """Convolutions and pools.
 
-Conv's input gradient is a ConvTranspose of dY with the same weights; its
-weight gradient is again a convolution, of the input (batch and channels
-swapped) with dY as the kernel, strides and dilations exchanged, per group.
+Conv's input gradient is a ConvTranspose of dY with the same weights (a
+stride-1 Conv's: a Conv with the kernel turned around, which runs on the
+forward kernels); its weight gradient is again a convolution, of the input
+(batch and channels swapped) with dY as the kernel, strides and dilations
+exchanged, per group (oneDNN runs both as a convolution's backward passes:
+workbench/ops/deconv_onednn.py, conv_wgrad.py).
 MaxPool sends dY to the positions its Indices output names (a scatter-add:
 overlapping windows can pick the same element); AveragePool spreads dY over
 each window divided by that window's count, as a depthwise ConvTranspose.
@@ -34,21 +37,16 @@ def window(c, spatial, kernel):
     return strides, dilations, pads
 
 
-def flipped_conv(e, dy, weights, spatial, strides, dilations, pads, group, like):
-    """The gradient of a Conv as a Conv again: dY (with stride - 1 zeros put
-    between its elements for a strided Conv) correlated with the kernel turned
-    around and its channel axes swapped per group, padded so every input
-    position is reached. None where that needs a negative begin pad. A forward
-    convolution runs on the kernels the forward pass has (oneDNN's among them);
-    a ConvTranspose fell to the pure loops."""
+def flipped_conv(e, dy, weights, spatial, dilations, pads, group, like):
+    """The input gradient of a stride-1 Conv as a Conv again: dY correlated with the
+    kernel turned around and its channel axes swapped per group, padded so every input
+    position is reached. None where that needs a negative begin pad."""
     n = len(spatial)
     ws = e.shape(weights)
     kernel = ws[2:]
     begin = [(kernel[i] - 1) * dilations[i] - pads[i] for i in range(n)]
     if min(begin) < 0:
         return None
-    if any(s > 1 for s in strides):
-        dy = spread(e, dy, strides)
     length = e.shape(dy)[2:]
     end = [spatial[i] - length[i] + (kernel[i] - 1) * dilations[i] - begin[i] for i in range(n)]
     big = np.iinfo(np.int64).max
@@ -62,32 +60,21 @@ def flipped_conv(e, dy, weights, spatial, strides, dilations, pads, group, like)
     reach = [spatial[i] - min(end[i], 0) for i in range(n)]
     out = e.op("Conv", [dy, turned], like=like, shape=lead + tuple(reach),
                dilations=list(dilations), pads=begin + [max(v, 0) for v in end], group=group)
-    if reach != list(spatial):   # trailing zeros of the spread reach past the input: crop
+    if reach != list(spatial):   # the last windows reach past the input: crop
         out = e.op("Slice", [out, e.ints([0] * n), e.ints(spatial), e.ints(range(2, 2 + n))],
                    like=like, shape=lead + tuple(spatial))
     return out
 
 
-def spread(e, dy, strides):
-    """dy with stride - 1 zeros after each element along every spatial axis:
-    (N, C, O1, O2) -> (N, C, O1 * s1, O2 * s2), by a Pad of a new axis per dim."""
-    shape = e.shape(dy)
-    split = list(shape[:2]) + [d for o in shape[2:] for d in (o, 1)]
-    pads = [0] * len(split) * 2
-    for i, s in enumerate(strides):
-        pads[len(split) + 3 + 2 * i] = s - 1
-    padded_shape = list(shape[:2]) + [d for o, s in zip(shape[2:], strides) for d in (o, s)]
-    padded = e.op("Pad", [e.reshape(dy, split), e.ints(pads)], like=dy, shape=padded_shape)
-    return e.reshape(padded, list(shape[:2]) + [o * s for o, s in zip(shape[2:], strides)])
-
-
 def transpose_back(e, dy, weights, spatial, strides, dilations, pads, group, like):
     """The gradient, onto an input of size ``spatial``, of the Conv(x, weights) that
-    made dy: a Conv with the kernel turned around, else a ConvTranspose of dy with
-    ``weights``."""
-    as_conv = flipped_conv(e, dy, weights, spatial, strides, dilations, pads, group, like)
-    if as_conv is not None:
-        return as_conv
+    made dy: for a stride-1 Conv a Conv with the kernel turned around, else a
+    ConvTranspose of dy with ``weights`` (oneDNN runs it as the convolution's backward
+    data pass; as a Conv it would read dY spread with stride - 1 zeros, 4x the work)."""
+    if all(s == 1 for s in strides):
+        as_conv = flipped_conv(e, dy, weights, spatial, dilations, pads, group, like)
+        if as_conv is not None:
+            return as_conv
     n = len(spatial)
     kernel = e.shape(weights)[2:]
     out = e.shape(dy)[2:]
