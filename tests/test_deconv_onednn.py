@@ -66,3 +66,20 @@ def test_a_strided_convs_input_gradient_trains_on_the_library():
         steps.append([tr.step(batch) for _ in range(3)])
     assert steps[0][-1] < steps[0][0]
     assert steps[1] == pytest.approx(steps[0], rel=1e-4)
+
+
+def test_one_build_serves_every_image_size(tmp_path):
+    """The descriptor's sizes are expressions of the program's symbols, filled per call."""
+    import onnx
+    model = transposed_conv(*CASES["3x3 stride 2, output padding, bias"])
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[2].dim_param, dims[3].dim_param = "h", "h"
+    out = model.graph.output[0].type.tensor_type.shape.dim
+    out[2].dim_param, out[3].dim_param = "2h", "2h"
+    path = tmp_path / "deconv.onnx"
+    onnx.save(model, path)
+    ws = workbench.open(str(path), symbolic=["h"], input_shapes={"h": 7})
+    assert len(ws.optimize(ON_ONEDNN)) == 1
+    for size in (3, 7, 10):
+        report = ws.verify(sizes={"h": size})
+        assert report.match, (size, report)

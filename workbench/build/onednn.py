@@ -106,13 +106,18 @@ def library_file():
 _keys = {}
 
 
+def sources() -> list:
+    """The shim's C++ files, compiled together into one library."""
+    return sorted(NATIVE.glob("*.cpp"))
+
+
 def _keyed(base: Path) -> tuple:
     """(oneDNN's library folder, the shim's key) for the installation at ``base``, found
     once per process: planning asks ``available()`` for every convolution it looks at."""
     if base not in _keys:
         libdir = next(base / lib for lib in ("lib", "lib64")
                       if (base / lib / "libdnnl.so").exists())
-        source = (NATIVE / "wb_dnnl.cpp").read_bytes() + (NATIVE / "wb_dnnl.h").read_bytes()
+        source = b"".join(f.read_bytes() for f in sources() + sorted(NATIVE.glob("*.h*")))
         version = (base / "include" / "oneapi" / "dnnl" / "dnnl_version.h")
         _keys[base] = libdir, hashlib.sha256(
             source + str(libdir).encode() + " ".join(FLAGS).encode()
@@ -133,8 +138,9 @@ def shim():
         if not out.exists():
             out.parent.mkdir(parents=True, exist_ok=True)
             tmp = out.with_suffix(f".{os.getpid()}.tmp")
-            cmd = [os.environ.get("CXX", "g++"), *FLAGS, f"-I{base / 'include'}", f"-I{NATIVE}", str(NATIVE / "wb_dnnl.cpp"),
-                   f"-L{libdir}", "-ldnnl", f"-Wl,-rpath,{libdir}", "-o", str(tmp)]
+            cmd = [os.environ.get("CXX", "g++"), *FLAGS, f"-I{base / 'include'}", f"-I{NATIVE}",
+                   *map(str, sources()), f"-L{libdir}", "-ldnnl", f"-Wl,-rpath,{libdir}",
+                   "-o", str(tmp)]
             done = subprocess.run(cmd, capture_output=True, text=True)
             if done.returncode:
                 raise RuntimeError("building the oneDNN shim failed:\n" + " ".join(cmd) + "\n"

@@ -192,14 +192,22 @@ def reorder_bytes(call) -> int:
     else:
         conv, x, w, bias = call, call.input(0), call.input(1), call.input(2) is not None
     y = call.output(0)
-    desc, _ = library_desc(conv, x, w, y, bias, post)
+    desc, function = library_desc(conv, x, w, y, bias, post)
+    if function == "wb_dnnl_wgrad":   # its "dst" is diff_dst, the kernel input
+        return reorder_traffic(call, desc, x, w)
+    return reorder_traffic(call, desc, x, y, 2 if post is not None and post.residual else 1)
+
+
+def reorder_traffic(call, desc, src, dst, dst_times: int = 1) -> int:
+    """Bytes the shim's reorders move around the call ``desc`` describes: ``src`` read
+    and written again when the kernel wants another layout, ``dst`` likewise."""
     ok, kernel = onednn.check(desc)
     if not ok:
         return 0
     size = lambda conn: math.prod(call.shape(conn)) * call.dtype(conn).bytes  # noqa: E731
-    moved = 2 * size(x) if "+reorder src" in kernel else 0
+    moved = 2 * size(src) if "+reorder src" in kernel else 0
     if "+reorder dst" in kernel:
-        moved += 2 * size(y) * (2 if post is not None and post.residual else 1)
+        moved += 2 * size(dst) * dst_times
     return moved
 
 

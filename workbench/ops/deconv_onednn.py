@@ -13,8 +13,8 @@ import dace
 from workbench.build import onednn
 from workbench.errors import UnsupportedCaseError
 from workbench.ops.conv import _transpose_pads
-from workbench.ops.conv_onednn import library_call, library_ready, strides_of
-from workbench.ops.registry import expand_as, implements
+from workbench.ops.conv_onednn import library_call, library_ready, reorder_traffic, strides_of
+from workbench.ops.registry import expand_as, implements, moves_inside
 
 
 def deconv_desc(call) -> "onednn.DeconvDesc":
@@ -63,3 +63,12 @@ def conv_transpose_onednn(call):
                             "wb_dnnl_deconv", f"__x, __w, {'__b' if b else 'nullptr'}, __y")
     except UnsupportedCaseError:
         return expand_as(call)
+
+
+@moves_inside("ConvTranspose", impl="onednn")
+def reorder_bytes(call) -> int:
+    """What the shim's reorders move around the call (see conv_onednn.reorder_traffic)."""
+    try:
+        return reorder_traffic(call, deconv_desc(call), call.input(0), call.output(0))
+    except UnsupportedCaseError:
+        return 0
