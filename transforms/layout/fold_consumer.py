@@ -1,10 +1,14 @@
-"""FoldTransposeIntoConsumer: element-wise readers read a transpose's input in place.
+"""FoldTransposeIntoConsumer: element-wise readers and library convolutions read a
+transpose's input in place.
 
 Rules:
 1. Matches a Transpose whose output is a transient written only there and
    read only by element-wise operators (any number of them; the table
    below: each indexes its inputs by their own shape, so strides carry
-   through to its implementation).
+   through to its implementation) or by Convs and ConvTransposes on oneDNN
+   (OnOneDNN chose the library for them: it takes every operand at its own
+   strides; a training program's weight gradient reads the input and dY
+   with batch and channels swapped, which the library then reads as NCHW).
 2. Its input is row-major (an array or a contiguous View).
 3. The output becomes a View of the input with permuted strides: readers
    index the input's memory through the permutation; nothing is copied.
@@ -25,8 +29,13 @@ def foldable(sdfg, state, node) -> bool:
         return False
     if not owned_here(sdfg, state, dst) or state.in_degree(dst) != 1 or not state.out_degree(dst):
         return False
-    return all(isinstance(e.dst, OnnxOp) and e.dst.op_type in ELEMENTWISE
+    return all(isinstance(e.dst, OnnxOp) and (e.dst.op_type in ELEMENTWISE or strided_reader(e.dst))
                for e in state.out_edges(dst))
+
+
+def strided_reader(node) -> bool:
+    """A library call that reads its operands at any strides."""
+    return node.op_type in ("Conv", "ConvTranspose") and node.implementation == "onednn"
 
 
 def permuted_strides(sdfg, node, src) -> tuple:
@@ -42,7 +51,8 @@ class FoldTransposeIntoConsumer(OperatorTransformation):
     level = "layout"
     name = "FoldTransposeIntoConsumer"
     symbolic = True   # verified at several sizes: tests/test_symbolic.py
-    description = "Let element-wise readers of a Transpose read its input through strides (no copy)"
+    description = ("Let element-wise readers and library convolutions of a Transpose read its "
+                   "input through strides (no copy)")
     op_types = {"Transpose"}
     refusal = "{node.onnx_name} can no longer be read in place"
 
