@@ -130,3 +130,33 @@ def test_only_an_inference_programs_weights_are_packed_once():
         call = make_call(conv, state, ws.sdfg)
         desc, function = library_desc(call, call.input(0), call.input(1), call.output(0), False)
         assert function == "wb_dnnl_conv" and desc.weights_vary == vary
+
+
+FOLD = [{"transformation": "OnOneDNN", "all": True, "level": "local"},
+        {"transformation": "FoldTransposeIntoConsumer", "all": True, "level": "layout"}]
+
+
+@pytest.mark.parametrize("kernel_shape, x_shape, folds", [
+    ((8, 32, 14, 14), (16, 8, 14, 14), True),     # a correlation: backward-weights reads it
+    ((8, 16, 3, 3), (2, 8, 6, 6), False),         # a forward kernel: packed row-major
+])
+def test_a_transposed_kernel_is_read_in_place_only_by_a_correlation(kernel_shape, x_shape, folds):
+    model = graph_model([node("Transpose", ["k"], ["w"], perm=[1, 0, 2, 3]),
+                         node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+                        {"x": (list(x_shape), F32), "k": (list(kernel_shape), F32)}, ["y"])
+    ws = workbench.open(model)
+    ws.optimize(FOLD)
+    left = [n for s in ws.sdfg.states() for n in s.nodes()
+            if getattr(n, "op_type", None) == "Transpose"]
+    assert (not left) == folds
+    assert ws.verify().match
+
+
+def test_resnet_training_after_auto_equals_onnxruntime():
+    """Small spatial sizes put some weight gradients in the forward form (the kernel, dY,
+    covers fewer positions than the result): their transposed dY must not be folded."""
+    tr = workbench.open("zoo:resnet", input_shapes={"batch": 2}).training(
+        loss="cross_entropy", optimizer="sgd", lr=0.01)
+    tr.optimize("auto")
+    report = tr.verify()
+    assert report.match, [o.name for o in report.outputs if not o.match]

@@ -23,8 +23,8 @@ from workbench.build import onednn
 from workbench.build.settings import target
 from workbench.errors import UnsupportedCaseError
 from workbench.ops.library_tasklet import library_tasklet
-from workbench.ops.registry import (expand_as, implements, moves_inside, outer_layout_sdfg,
-                                    schema_defaults)
+from workbench.ops.registry import (expand_as, implements, is_row_major, moves_inside,
+                                    outer_layout_sdfg, schema_defaults)
 from workbench.ops.conv_wgrad import is_correlation, wgrad_desc
 from workbench.ops.symbolic_sizes import sized
 from workbench.ops.window import sliding_window
@@ -46,6 +46,8 @@ def conv_desc(call, x, w, y, has_bias: bool, post: PostOps = None) -> onednn.Con
         raise call.fail(f"oneDNN convolutions have 1 to 3 spatial dimensions, not {nsp}")
     if call.dtype(x) != dace.float32 or call.dtype(w) != dace.float32:
         raise call.fail("the oneDNN implementation is float32 only")
+    if not is_row_major(call._desc(w)):
+        raise call.fail("the weights are a strided view: the library packs them row-major")
     win = sliding_window(call, xs, ys, ws[2:])
     d = onednn.ConvDesc()
     d.nsp, d.groups = nsp, call.attr("group", 1)

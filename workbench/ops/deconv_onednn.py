@@ -14,7 +14,7 @@ from workbench.build import onednn
 from workbench.errors import UnsupportedCaseError
 from workbench.ops.conv import _transpose_pads
 from workbench.ops.conv_onednn import library_call, library_ready, reorder_traffic, strides_of
-from workbench.ops.registry import expand_as, implements, moves_inside
+from workbench.ops.registry import expand_as, implements, is_row_major, moves_inside
 
 
 def deconv_desc(call) -> "onednn.DeconvDesc":
@@ -26,6 +26,8 @@ def deconv_desc(call) -> "onednn.DeconvDesc":
         raise call.fail(f"oneDNN deconvolutions have 1 to 3 spatial dimensions, not {nsp}")
     if any(call.dtype(c) != dace.float32 for c in (x, w, y)):
         raise call.fail("the oneDNN implementation is float32 only")
+    if not is_row_major(call._desc(w)):
+        raise call.fail("the weights are a strided view: the library packs them row-major")
     group = int(call.attr("group", 1))
     strides = call.attr("strides") or [1] * nsp
     dil = call.attr("dilations") or [1] * nsp
