@@ -18,6 +18,11 @@ Rules:
    broadcasts it would recompute the producer per element).
 3. A group must stay convex: no path leaves it and comes back (the fused
    node would then depend on itself).
+5. Comparisons, logic ops and Where join a group too (a training program's
+   activation gradients: ``Where(Greater(x, 0), dY, 0)``), but only where
+   every bool they read is written by a member and every bool they write is
+   read by members alone: a mask then lives as a local of the group's one
+   float type, and the fused node reads and writes floats only.
 4. A group of two or more operators becomes one ``FusedElementwise`` node.
    An array a member writes stays an output of it when it is a graph
    output, read in another state or read by a non-member; the other
@@ -40,9 +45,34 @@ def candidate(sdfg, state, node) -> bool:
     # a strided View (a transposed weight gradient) is read and written where it lies by
     # the row kernel (simd.add_row_kernel steps by its strides); an Array stored in
     # another order (ChannelsLast) is not: the fused op sees its connectors row-major
-    return (prog.is_elementwise(node) and prog.dtype_of(sdfg, state, node) is not None
+    return ((prog.is_elementwise(node) or prog.mask_expression(node) is not None)
+            and prog.member_dtype(sdfg, state, node) is not None
             and not [a for a in strided_arrays(sdfg, state, node)
                      if not isinstance(sdfg.arrays[a], dace.data.View)])
+
+
+def mask_leaks(sdfg, state, group) -> set:
+    """Rule 5: the comparison, logic and Where members of ``group`` that read a bool from
+    outside it or write one read outside it (all of them when the members' float types
+    differ)."""
+    group = set(group)
+    masks = {n for n in group if prog.mask_expression(n) is not None}
+    if not masks:
+        return set()
+    floats = {prog.member_dtype(sdfg, state, n) for n in group} - {dace.bool_}
+    if len(floats) > 1:
+        return masks
+    leaks = set()
+    for node in masks:
+        for e in state.in_edges(node):
+            if sdfg.arrays[e.src.data].dtype == dace.bool_ and not (
+                    state.in_degree(e.src) == 1 and state.in_edges(e.src)[0].src in group):
+                leaks.add(node)
+        for e in state.out_edges(node):
+            if (sdfg.arrays[e.dst.data].dtype == dace.bool_
+                    and prog.exported(sdfg, state, e.dst, group)):
+                leaks.add(node)
+    return leaks
 
 
 def strided_arrays(sdfg, state, node) -> list:
@@ -80,10 +110,11 @@ def convex(state, group) -> bool:
     return True
 
 
-def groups(sdfg, state) -> list:
-    """Maximal groups (rules 1-3), each in dataflow order."""
+def groups(sdfg, state, left_out=frozenset()) -> list:
+    """Maximal groups (rules 1-3 and 5), each in dataflow order."""
     order = list(dfs_topological_sort(state))
-    members = {n for n in order if isinstance(n, OnnxOp) and candidate(sdfg, state, n)}
+    members = {n for n in order if isinstance(n, OnnxOp) and n not in left_out
+               and candidate(sdfg, state, n)}
     group = {n: frozenset([n]) for n in members}
     links = [(n, o.dst) for n in order if n in members for e in state.out_edges(n)
              for o in state.out_edges(e.dst) if joins(sdfg, state, e.dst, o.dst, members)]
@@ -97,6 +128,9 @@ def groups(sdfg, state) -> list:
                     group[n] = merged
                 changed = True
     distinct = {g for g in group.values() if len(g) > 1}
+    leaks = {n for g in distinct for n in mask_leaks(sdfg, state, g)}
+    if leaks:   # group again without them: what they joined may hold without them
+        return groups(sdfg, state, left_out | leaks)
     position = {n: k for k, n in enumerate(order)}
     return [sorted(g, key=position.get)
             for g in sorted(distinct, key=lambda g: min(position[n] for n in g))]
@@ -125,13 +159,18 @@ def valid(sdfg, state, members) -> bool:
         for n in _neighbours(state, frontier.pop(), set(members)) - reached:
             reached.add(n)
             frontier.append(n)
-    return len(reached) == len(members) and convex(state, set(members))
+    return (len(reached) == len(members) and convex(state, set(members))
+            and not mask_leaks(sdfg, state, members))
 
 
 def _why_alone(sdfg, state, node) -> str:
     """Why ``node`` (element-wise) joins no group: the first rule its links break."""
-    if prog.dtype_of(sdfg, state, node) is None:
+    if prog.member_dtype(sdfg, state, node) is None:
         return f"{node.onnx_name}'s tensors are not all float32 or all float64"
+    if mask_leaks(sdfg, state, {node} | _neighbours(state, node, {
+            n for n in state.nodes() if isinstance(n, OnnxOp) and candidate(sdfg, state, n)})):
+        return (f"{node.onnx_name} passes a bool to or from an operator outside any group: "
+                f"a fused node reads and writes floats only")
     strided = strided_arrays(sdfg, state, node)
     if strided:
         return (f"{node.onnx_name} reads or writes '{strided[0]}' stored with strides "
@@ -183,7 +222,8 @@ class ElementwiseChainFusion(Transformation):
         not element-wise are no candidates and say nothing."""
         out = []
         for state in sdfg.states():
-            ops = [n for n in state.nodes() if isinstance(n, OnnxOp) and prog.is_elementwise(n)
+            ops = [n for n in state.nodes() if isinstance(n, OnnxOp)
+                   and (prog.is_elementwise(n) or prog.mask_expression(n) is not None)
                    and (nodes is None or ident(sdfg, state, n) in nodes)]
             if not ops:
                 continue

@@ -29,6 +29,7 @@ from transforms.fusion.chains import replace_chain
 from transforms.graph import readers_elsewhere
 from workbench.errors import TransformationError
 from workbench.ops import elementwise as ew
+from workbench.ops import logic
 from workbench.ops.fused import EPILOGUE_OPS, program_lines
 from workbench.ops.node import OnnxOp
 from workbench.ops.registry import schema_defaults
@@ -46,6 +47,24 @@ def table_expression(node):
     """(expression over placeholder names, the names bound to present inputs) or None."""
     return ew.expression(node.op_type, _attrs(node), node.opset, node.onnx_inputs,
                          lambda: node.consts)
+
+
+# Comparisons, logic and Where: members of an element-wise group only where the bools
+# they pass stay inside it (ElementwiseChainFusion rule 5), as locals of the float type
+# (1 or 0; C++ reads them back as conditions).
+MASK_OPS = {op: code for op, code in logic.BINARY.items() if not op.startswith("Bitwise")}
+MASK_OPS.update({"Not": "not x", "Where": "a if c else b"})
+
+
+def mask_expression(node):
+    """(expression, names) of a comparison, logic op or Where, else None."""
+    if not isinstance(node, OnnxOp) or node.domain not in ("", "ai.onnx"):
+        return None
+    code = MASK_OPS.get(node.op_type)
+    if code is None:
+        return None
+    return code, (["x"] if node.op_type == "Not" else ["c", "a", "b"] if node.op_type == "Where"
+                  else ["a", "b"])
 
 
 def is_elementwise(node) -> bool:
@@ -66,14 +85,32 @@ def literal(node, position: int, dtype):
     return f"dace.{dtype.to_string()}({number!r})" if math.isfinite(number) else None
 
 
-def dtype_of(sdfg, state, node):
-    """The one float dtype of every tensor ``node`` reads (literals aside) and writes, or None."""
+def _tensor_types(sdfg, state, node) -> set:
+    """The dtypes of the tensors ``node`` reads (literals aside) and writes."""
     types = {sdfg.arrays[e.dst.data].dtype for e in state.out_edges(node)}
     for e in state.in_edges(node):
         position = node.onnx_inputs.index(e.dst_conn) if e.dst_conn in node.onnx_inputs else -1
         if position < 0 or literal(node, position, dace.float64) is None:
             types.add(sdfg.arrays[e.src.data].dtype)
+    return types
+
+
+def dtype_of(sdfg, state, node):
+    """The one float dtype of every tensor ``node`` reads (literals aside) and writes, or None."""
+    types = _tensor_types(sdfg, state, node)
     return types.pop() if len(types) == 1 and next(iter(types)) in FLOAT_TYPES else None
+
+
+def member_dtype(sdfg, state, node):
+    """``dtype_of``, or for a comparison, logic op or Where the one float dtype of its
+    tensors that are not bool (``dace.bool_`` when all are), else None."""
+    found = dtype_of(sdfg, state, node)
+    if found is not None or mask_expression(node) is None:
+        return found
+    floats = _tensor_types(sdfg, state, node) - {dace.bool_}
+    if not floats:
+        return dace.bool_
+    return floats.pop() if len(floats) == 1 and next(iter(floats)) in FLOAT_TYPES else None
 
 
 def output_shape(sdfg, state, node):
@@ -115,7 +152,7 @@ def member_code(node, operands: dict, outputs: dict, fresh) -> list:
         return [f"{out} = acc{bias}"]
     if node.op_type in CORES:
         return [f"{out} = acc"]
-    expr, names = table_expression(node)
+    expr, names = table_expression(node) or mask_expression(node)
     tokens = [operands[c] for c, _ in member_inputs(node)]
     return [f"{out} = {substitute(expr, dict(zip(names, tokens)))}"]
 
@@ -147,7 +184,8 @@ def compose(sdfg, state, members) -> Program:
     """One program for ``members``; inputs are named x0.., outputs y0.."""
     members = set(members)
     order = [n for n in dfs_topological_sort(state) if n in members]
-    dtype = dtype_of(sdfg, state, order[-1])
+    dtype = dtype_of(sdfg, state, order[-1]) or next(
+        d for d in (member_dtype(sdfg, state, n) for n in order) if d in FLOAT_TYPES)
     counter = iter(range(10 ** 6))
     fresh = lambda: f"t{next(counter)}"  # noqa: E731
     local, inputs, lines, program = {}, {}, [], Program()
