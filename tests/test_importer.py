@@ -343,3 +343,19 @@ def test_incomplete_symbolic_inference_leaves_no_files_in_the_working_folder(tmp
     monkeypatch.chdir(tmp_path)
     workbench.open(model)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_fixed_batch_export_runs_at_another_batch():
+    """The file declares batch 1 for its input, its output and value_info: given batch 3,
+    the declared dims of every other tensor are stale and inference derives them again
+    (a batch-1 MobileNetV2 export trained at batch 8 stopped the build before)."""
+    from fusion_helpers import F32, graph_model, node, rand
+    model = graph_model([node("Conv", ["x", "w"], ["c"]), node("Flatten", ["c"], ["f"]),
+                         node("Gemm", ["f", "g"], ["y"], transB=1)],
+                        {"x": ([1, 2, 4, 4], F32)}, ["y"],
+                        {"w": rand(3, 2, 3, 3, seed=1), "g": rand(5, 12, seed=2)})
+    model = onnx.shape_inference.infer_shapes(model)   # declared value_info for c and f
+    assert model.graph.value_info
+    ws = workbench.open(model, input_shapes={"x": [3, 2, 4, 4]})
+    assert [o.shape for o in ws.outputs] == [(3, 5)]
+    assert ws.verify().match

@@ -34,7 +34,7 @@ def fix_input_shapes(model: onnx.ModelProto, given: dict = None,
     given = dict(given or {})
     keep = set(keep)
     model = copy_model(model)
-    unknown = []
+    unknown, resized = [], False
     # Collected before the loop: setting dim_value clears dim_param (a protobuf oneof).
     symbols = {d.dim_param for i in graph_inputs(model) for d in i.type.tensor_type.shape.dim
                if d.HasField("dim_param")}
@@ -47,6 +47,9 @@ def fix_input_shapes(model: onnx.ModelProto, given: dict = None,
             tt.shape.SetInParent()
         if inp.name in given:
             shape = [int(d) for d in given.pop(inp.name)]
+            declared = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            if declared and declared != shape:
+                resized = True
             del tt.shape.dim[:]
             for d in shape:
                 tt.shape.dim.add().dim_value = d
@@ -75,7 +78,19 @@ def fix_input_shapes(model: onnx.ModelProto, given: dict = None,
     if unknown:
         raise ShapeError("these input dimensions are not fixed: " + ", ".join(unknown) +
                          ". Give them, e.g. --shape input=1,3,224,224 or --shape batch=1.")
+    if resized:
+        _forget_declared_shapes(model)
     return model
+
+
+def _forget_declared_shapes(model: onnx.ModelProto) -> None:
+    """An input given other static dims than the file declares (a batch-1 export run at
+    batch 8) leaves the declared shapes of every other tensor stale: the outputs' and
+    value_info's dims go (their element types stay), and inference derives them again."""
+    del model.graph.value_info[:]
+    for out in model.graph.output:
+        if out.type.HasField("tensor_type"):
+            out.type.tensor_type.ClearField("shape")
 
 
 def infer_shapes(model: onnx.ModelProto, hints: dict = None,
