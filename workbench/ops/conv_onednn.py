@@ -17,15 +17,13 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-import dace
-
 from workbench.build import onednn
 from workbench.build.settings import target
 from workbench.errors import UnsupportedCaseError
 from workbench.ops.library_tasklet import library_tasklet
-from workbench.ops.registry import (expand_as, implements, is_row_major, moves_inside,
-                                    outer_layout_sdfg, schema_defaults)
-from workbench.ops.conv_wgrad import is_correlation, wgrad_desc
+from workbench.ops.registry import (expand_as, implements, moves_inside, outer_layout_sdfg,
+                                    schema_defaults)
+from workbench.ops.conv_wgrad import check_operands, is_correlation, wgrad_desc
 from workbench.ops.symbolic_sizes import sized
 from workbench.ops.window import sliding_window
 
@@ -41,13 +39,7 @@ class PostOps:
 def conv_desc(call, x, w, y, has_bias: bool, post: PostOps = None) -> onednn.ConvDesc:
     """The call's convolution as the shim's descriptor (raises call.fail when it has none)."""
     xs, ws, ys = call.shape(x), call.shape(w), call.shape(y)
-    nsp = len(xs) - 2
-    if not 1 <= nsp <= 3:
-        raise call.fail(f"oneDNN convolutions have 1 to 3 spatial dimensions, not {nsp}")
-    if call.dtype(x) != dace.float32 or call.dtype(w) != dace.float32:
-        raise call.fail("the oneDNN implementation is float32 only")
-    if not is_row_major(call._desc(w)):
-        raise call.fail("the weights are a strided view: the library packs them row-major")
+    nsp = check_operands(call, x, w, y, packed=True)
     win = sliding_window(call, xs, ys, ws[2:])
     d = onednn.ConvDesc()
     d.nsp, d.groups = nsp, call.attr("group", 1)

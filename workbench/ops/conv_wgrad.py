@@ -20,6 +20,7 @@ per group (depthwise) or one group.
 import dace
 
 from workbench.build import onednn
+from workbench.ops.registry import is_row_major
 from workbench.ops.symbolic_sizes import sized
 from workbench.ops.window import sliding_window
 
@@ -39,15 +40,25 @@ def is_correlation(call, w, y) -> bool:
         return False
 
 
-def wgrad_desc(call, x, w, y) -> "onednn.WGradDesc":
-    """The Conv(x, w) -> y as the shim's weight-gradient descriptor (raises call.fail where
-    it has none)."""
-    xs, ws, ys = call.shape(x), call.shape(w), call.shape(y)
-    nsp = len(xs) - 2
+def check_operands(call, x, w, y, packed: bool) -> int:
+    """The spatial rank of a convolution the shim can run on these tensors (raises
+    call.fail where it cannot): 1 to 3 spatial dimensions, float32, and row-major weights
+    where the library ``packed`` them (a correlation's kernel is read at any strides)."""
+    nsp = len(call.shape(x)) - 2
     if not 1 <= nsp <= 3:
         raise call.fail(f"oneDNN convolutions have 1 to 3 spatial dimensions, not {nsp}")
     if any(call.dtype(c) != dace.float32 for c in (x, w, y)):
         raise call.fail("the oneDNN implementation is float32 only")
+    if packed and not is_row_major(call._desc(w)):
+        raise call.fail("the weights are a strided view: the library packs them row-major")
+    return nsp
+
+
+def wgrad_desc(call, x, w, y) -> "onednn.WGradDesc":
+    """The Conv(x, w) -> y as the shim's weight-gradient descriptor (raises call.fail where
+    it has none)."""
+    xs, ws, ys = call.shape(x), call.shape(w), call.shape(y)
+    nsp = check_operands(call, x, w, y, packed=False)
     groups = int(call.attr("group", 1))
     per_group = xs[0]           # the correlation's ``a``: channels of src per group
     if groups > 1 and per_group != 1:

@@ -8,26 +8,19 @@ a convolution, reading the ONNX weight layout (c, m/group, *k) through its
 strides and packing it like a convolution's weights (once for constants,
 on every call for a training program's parameters).
 """
-import dace
-
 from workbench.build import onednn
 from workbench.errors import UnsupportedCaseError
 from workbench.ops.conv import _transpose_pads
 from workbench.ops.conv_onednn import library_call, library_ready, reorder_traffic, strides_of
-from workbench.ops.registry import expand_as, implements, is_row_major, moves_inside
+from workbench.ops.conv_wgrad import check_operands
+from workbench.ops.registry import expand_as, implements, moves_inside
 
 
 def deconv_desc(call) -> "onednn.DeconvDesc":
     """The ConvTranspose as the shim's descriptor (raises call.fail where it has none)."""
     x, w, b, y = call.input(0), call.input(1), call.input(2), call.output(0)
     xs, ws, ys = call.shape(x), call.shape(w), call.shape(y)
-    nsp = len(xs) - 2
-    if not 1 <= nsp <= 3:
-        raise call.fail(f"oneDNN deconvolutions have 1 to 3 spatial dimensions, not {nsp}")
-    if any(call.dtype(c) != dace.float32 for c in (x, w, y)):
-        raise call.fail("the oneDNN implementation is float32 only")
-    if not is_row_major(call._desc(w)):
-        raise call.fail("the weights are a strided view: the library packs them row-major")
+    nsp = check_operands(call, x, w, y, packed=True)
     group = int(call.attr("group", 1))
     strides = call.attr("strides") or [1] * nsp
     dil = call.attr("dilations") or [1] * nsp

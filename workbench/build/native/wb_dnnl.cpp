@@ -32,21 +32,13 @@ std::unique_ptr<Conv> make_conv(Context& ctx, const wb_conv_desc* d) {
     auto c = std::make_unique<Conv>();
     c->desc = *d;
     int nd = d->nsp + 2;
-    memory::dims src_dims{d->n, d->c}, dst_dims{d->n, d->m}, wei_dims, k, stride, dil, pl, pr;
-    for (int i = 0; i < d->nsp; ++i) {
-        src_dims.push_back(d->in[i]);
-        dst_dims.push_back(d->out[i]);
-        k.push_back(d->k[i]);
-        stride.push_back(d->stride[i]);
-        dil.push_back(d->dil[i] - 1);  // oneDNN counts the gaps between taps
-        pl.push_back(d->pad_l[i]);
-        pr.push_back(d->pad_r[i]);
-    }
+    Window g = window_of(d);
+    memory::dims wei_dims;
     if (d->groups > 1) wei_dims = {d->groups, d->m / d->groups, d->c / d->groups};
     else wei_dims = {d->m, d->c};
-    wei_dims.insert(wei_dims.end(), k.begin(), k.end());
-    c->user_src = memory::desc(src_dims, dt::f32, dims_of(d->src_strides, nd));
-    c->user_dst = memory::desc(dst_dims, dt::f32, dims_of(d->dst_strides, nd));
+    wei_dims.insert(wei_dims.end(), g.k.begin(), g.k.end());
+    c->user_src = memory::desc(g.src, dt::f32, dims_of(d->src_strides, nd));
+    c->user_dst = memory::desc(g.dst, dt::f32, dims_of(d->dst_strides, nd));
     static const tag plain_w[] = {tag::undef, tag::undef, tag::undef, tag::oiw, tag::oihw, tag::oidhw};
     static const tag plain_gw[] = {tag::undef, tag::undef, tag::undef, tag::goiw, tag::goihw, tag::goidhw};
     c->user_wei = memory::desc(wei_dims, dt::f32, d->groups > 1 ? plain_gw[nd] : plain_w[nd]);
@@ -66,26 +58,15 @@ std::unique_ptr<Conv> make_conv(Context& ctx, const wb_conv_desc* d) {
     }
     dnnl::primitive_attr attr;
     attr.set_post_ops(ops);
-    memory::desc any_src(src_dims, dt::f32, tag::any), any_dst(dst_dims, dt::f32, tag::any);
     memory::desc any_wei(wei_dims, dt::f32, tag::any);
     memory::desc bias = d->has_bias ? memory::desc({d->m}, dt::f32, tag::a) : memory::desc();
-    auto algo = dnnl::algorithm::convolution_direct;
-    auto kind = dnnl::prop_kind::forward_inference;
-    // The caller's own layout first (no reorder around the call); the library's
-    // choice only when it has no fast kernel for that layout.
-    dnnl::convolution_forward::primitive_desc pd;
-    bool direct = false;
-    try {
-        pd = dnnl::convolution_forward::primitive_desc(ctx.engine, kind, algo, c->user_src, any_wei,
-                                                      bias, c->user_dst, stride, dil, pl, pr, attr);
-        direct = direct_kernel(pd.impl_info_str());
-    } catch (const dnnl::error&) {
-        direct = false;
-    }
-    if (!direct) {
-        pd = dnnl::convolution_forward::primitive_desc(ctx.engine, kind, algo, any_src, any_wei, bias,
-                                                      any_dst, stride, dil, pl, pr, attr);
-    }
+    auto make = [&](const memory::desc& src, const memory::desc& dst) {
+        return dnnl::convolution_forward::primitive_desc(
+            ctx.engine, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+            src, any_wei, bias, dst, g.stride, g.dil, g.pl, g.pr, attr);
+    };
+    auto pd = prefer_caller_layouts<dnnl::convolution_forward::primitive_desc>(
+        make, c->user_src, c->user_dst);
     c->prim = dnnl::convolution_forward(pd);
     c->impl = pd.impl_info_str();
     c->src_md = pd.src_desc();

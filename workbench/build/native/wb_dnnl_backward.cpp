@@ -11,19 +11,10 @@ std::unique_ptr<Deconv> make_deconv(Context& ctx, const wb_conv_desc* d) {
     auto p = std::make_unique<Deconv>();
     p->desc = *d;
     int nd = d->nsp + 2;
-    memory::dims src_dims{d->n, d->c}, dst_dims{d->n, d->m}, wei_dims, wei_strides, k, stride,
-        dil, pl, pr;
+    Window g = window_of(d);
+    memory::dims wei_dims, wei_strides;
     long taps = 1;
-    for (int i = 0; i < d->nsp; ++i) {
-        src_dims.push_back(d->in[i]);
-        dst_dims.push_back(d->out[i]);
-        k.push_back(d->k[i]);
-        taps *= d->k[i];
-        stride.push_back(d->stride[i]);
-        dil.push_back(d->dil[i] - 1);
-        pl.push_back(d->pad_l[i]);
-        pr.push_back(d->pad_r[i]);
-    }
+    for (int i = 0; i < d->nsp; ++i) taps *= d->k[i];
     long mg = d->m / d->groups, cg = d->c / d->groups;
     if (d->groups > 1) {
         wei_dims = {d->groups, mg, cg};
@@ -38,27 +29,19 @@ std::unique_ptr<Deconv> make_deconv(Context& ctx, const wb_conv_desc* d) {
         wei_dims.push_back(d->k[i]);
         wei_strides.push_back(step);
     }
-    p->user_src = memory::desc(src_dims, dt::f32, dims_of(d->src_strides, nd));
-    p->user_dst = memory::desc(dst_dims, dt::f32, dims_of(d->dst_strides, nd));
+    p->user_src = memory::desc(g.src, dt::f32, dims_of(d->src_strides, nd));
+    p->user_dst = memory::desc(g.dst, dt::f32, dims_of(d->dst_strides, nd));
     p->user_wei = memory::desc(wei_dims, dt::f32, wei_strides);
     p->wei_count = d->c * mg * taps;
-    memory::desc any_src(src_dims, dt::f32, tag::any), any_dst(dst_dims, dt::f32, tag::any);
     memory::desc any_wei(wei_dims, dt::f32, tag::any);
     memory::desc bias = d->has_bias ? memory::desc({d->m}, dt::f32, tag::a) : memory::desc();
     auto make = [&](const memory::desc& src, const memory::desc& dst) {
         return dnnl::deconvolution_forward::primitive_desc(
             ctx.engine, dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
-            src, any_wei, bias, dst, stride, dil, pl, pr);
+            src, any_wei, bias, dst, g.stride, g.dil, g.pl, g.pr);
     };
-    dnnl::deconvolution_forward::primitive_desc pd;
-    bool direct = false;
-    try {
-        pd = make(p->user_src, p->user_dst);
-        direct = direct_kernel(pd.impl_info_str());
-    } catch (const dnnl::error&) {
-        direct = false;
-    }
-    if (!direct) pd = make(any_src, any_dst);
+    auto pd = prefer_caller_layouts<dnnl::deconvolution_forward::primitive_desc>(
+        make, p->user_src, p->user_dst);
     p->prim = dnnl::deconvolution_forward(pd);
     p->impl = pd.impl_info_str();
     p->src_md = pd.src_desc();
@@ -79,43 +62,27 @@ std::unique_ptr<WGrad> make_wgrad(Context& ctx, const wb_wgrad_desc* d) {
     auto g = std::make_unique<WGrad>();
     g->desc = *d;
     int nd = d->nsp + 2;
-    memory::dims src_dims{d->n, d->c}, dst_dims{d->n, d->m}, w_dims, k, stride, dil, pl, pr;
-    for (int i = 0; i < d->nsp; ++i) {
-        src_dims.push_back(d->in[i]);
-        dst_dims.push_back(d->out[i]);
-        k.push_back(d->k[i]);
-        stride.push_back(d->stride[i]);
-        dil.push_back(d->dil[i] - 1);
-        pl.push_back(d->pad_l[i]);
-        pr.push_back(d->pad_r[i]);
-    }
+    Window win = window_of(d);
+    memory::dims w_dims;
     bool grouped = d->groups > 1;
     if (grouped) w_dims = {d->groups, d->m / d->groups, d->c / d->groups};
     else w_dims = {d->m, d->c};
-    w_dims.insert(w_dims.end(), k.begin(), k.end());
-    g->user_src = memory::desc(src_dims, dt::f32, dims_of(d->src_strides, nd));
-    g->user_ddst = memory::desc(dst_dims, dt::f32, dims_of(d->diff_dst_strides, nd));
+    w_dims.insert(w_dims.end(), win.k.begin(), win.k.end());
+    g->user_src = memory::desc(win.src, dt::f32, dims_of(d->src_strides, nd));
+    g->user_ddst = memory::desc(win.dst, dt::f32, dims_of(d->diff_dst_strides, nd));
     g->user_dw = memory::desc(w_dims, dt::f32,
                               dims_of(d->diff_w_strides + (grouped ? 0 : 1), (int)w_dims.size()));
-    memory::desc any_src(src_dims, dt::f32, tag::any), any_dst(dst_dims, dt::f32, tag::any);
     memory::desc any_w(w_dims, dt::f32, tag::any);
     auto algo = dnnl::algorithm::convolution_direct;
     auto make = [&](const memory::desc& src, const memory::desc& dst) {
         dnnl::convolution_forward::primitive_desc hint(
-            ctx.engine, dnnl::prop_kind::forward_training, algo, src, any_w, dst, stride, dil,
-            pl, pr);
+            ctx.engine, dnnl::prop_kind::forward_training, algo, src, any_w, dst, win.stride,
+            win.dil, win.pl, win.pr);
         return dnnl::convolution_backward_weights::primitive_desc(
-            ctx.engine, algo, src, any_w, dst, stride, dil, pl, pr, hint);
+            ctx.engine, algo, src, any_w, dst, win.stride, win.dil, win.pl, win.pr, hint);
     };
-    dnnl::convolution_backward_weights::primitive_desc pd;
-    bool direct = false;
-    try {
-        pd = make(g->user_src, g->user_ddst);
-        direct = direct_kernel(pd.impl_info_str());
-    } catch (const dnnl::error&) {
-        direct = false;
-    }
-    if (!direct) pd = make(any_src, any_dst);
+    auto pd = prefer_caller_layouts<dnnl::convolution_backward_weights::primitive_desc>(
+        make, g->user_src, g->user_ddst);
     g->prim = dnnl::convolution_backward_weights(pd);
     g->impl = pd.impl_info_str();
     g->src_md = pd.src_desc();

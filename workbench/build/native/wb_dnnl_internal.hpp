@@ -83,6 +83,42 @@ inline bool direct_kernel(const std::string& impl) {
     return impl.find("ref") == std::string::npos && impl.find("gemm") == std::string::npos;
 }
 
+// A convolution's geometry as oneDNN takes it, from the convolution or weight-gradient
+// descriptor (they name their fields alike).
+struct Window {
+    memory::dims src, dst, k, stride, dil, pl, pr;
+};
+
+template <class D>
+inline Window window_of(const D* d) {
+    Window w;
+    w.src = {d->n, d->c};
+    w.dst = {d->n, d->m};
+    for (int i = 0; i < d->nsp; ++i) {
+        w.src.push_back(d->in[i]);
+        w.dst.push_back(d->out[i]);
+        w.k.push_back(d->k[i]);
+        w.stride.push_back(d->stride[i]);
+        w.dil.push_back(d->dil[i] - 1);  // oneDNN counts the gaps between taps
+        w.pl.push_back(d->pad_l[i]);
+        w.pr.push_back(d->pad_r[i]);
+    }
+    return w;
+}
+
+// The primitive ``make(src, dst)`` describes, on the caller's layouts where the library
+// has a fast kernel for them (no reorder around the call), else on its own choice.
+template <class PD, class Make>
+PD prefer_caller_layouts(Make make, const memory::desc& user_src, const memory::desc& user_dst) {
+    try {
+        PD pd = make(user_src, user_dst);
+        if (direct_kernel(pd.impl_info_str())) return pd;
+    } catch (const dnnl::error&) {
+    }
+    return make(memory::desc(user_src.get_dims(), dt::f32, tag::any),
+                memory::desc(user_dst.get_dims(), dt::f32, tag::any));
+}
+
 struct WGrad {
     wb_wgrad_desc desc;
     dnnl::convolution_backward_weights prim;
