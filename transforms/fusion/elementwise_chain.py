@@ -18,15 +18,15 @@ Rules:
    broadcasts it would recompute the producer per element).
 3. A group must stay convex: no path leaves it and comes back (the fused
    node would then depend on itself).
+4. A group of two or more operators becomes one ``FusedElementwise`` node.
+   An array a member writes stays an output of it when it is a graph
+   output, read in another state or read by a non-member; the other
+   intermediates disappear, and members read each other's values as locals.
 5. Comparisons, logic ops and Where join a group too (a training program's
    activation gradients: ``Where(Greater(x, 0), dY, 0)``), but only where
    every bool they read is written by a member and every bool they write is
    read by members alone: a mask then lives as a local of the group's one
    float type, and the fused node reads and writes floats only.
-4. A group of two or more operators becomes one ``FusedElementwise`` node.
-   An array a member writes stays an output of it when it is a graph
-   output, read in another state or read by a non-member; the other
-   intermediates disappear, and members read each other's values as locals.
 """
 import dace
 from dace.sdfg import nodes

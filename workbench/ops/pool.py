@@ -96,7 +96,7 @@ def _max_and_index_rows(call):
     xs, ys = call.shape(x), call.shape(y)
     win = sliding_window(call, xs, ys, call.attr("kernel_shape"))
     (kh, kw), (sh, sw), (dh, dw), (ph, pw) = win.kernel, win.strides, win.dilations, win.begin
-    h, w, wo = (cpp_size(v) for v in (xs[2], xs[3], ys[3]))
+    h, w, wo, ph, pw = (cpp_size(v) for v in (xs[2], xs[3], ys[3], ph, pw))
     ctype = call.dtype(x).ctype
     lowest = _lowest(call.dtype(x))
     lowest = f"-std::numeric_limits<{ctype}>::infinity()" if lowest == "-inf" else lowest
