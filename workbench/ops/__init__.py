@@ -1,6 +1,7 @@
 """Operator implementations, registered per ONNX op type (see registry)."""
 from workbench.ops import conv, elementwise, linalg, movement, normalization  # noqa: F401 (register)
-from workbench.ops import conv_onednn, deconv_onednn, matmul_onednn, pool_onednn  # noqa: F401 (register)
+from workbench.ops import conv_onednn, deconv_onednn  # noqa: F401 (register)
+from workbench.ops import matmul_onednn, pool_onednn  # noqa: F401 (register)
 from workbench.ops import cast, logic  # noqa: F401 (register)
 from workbench.ops import along_axis, reduce  # noqa: F401 (register)
 from workbench.ops import attention, pool, quantize_linear, quantized, quantized_gemm  # noqa: F401 (register)

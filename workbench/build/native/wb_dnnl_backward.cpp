@@ -170,7 +170,8 @@ int wb_dnnl_wgrad_at(void* handle, const void* site, const wb_wgrad_desc* d, con
         memory user_src(g->user_src, eng, const_cast<float*>(src));
         memory user_ddst(g->user_ddst, eng, const_cast<float*>(diff_dst));
         memory user_dw(g->user_dw, eng, diff_w);
-        memory src_mem = user_src, ddst_mem = user_ddst, dw_mem = g->reorder_dw ? g->dw_tmp : user_dw;
+        memory src_mem = user_src, ddst_mem = user_ddst;
+        memory dw_mem = g->reorder_dw ? g->dw_tmp : user_dw;
         if (g->reorder_src) {
             dnnl::reorder(user_src, g->src_tmp).execute(s, user_src, g->src_tmp);
             src_mem = g->src_tmp;
