@@ -17,6 +17,8 @@ copied around the call beyond the library's own reorders. Grouped
 correlations need ``A``'s per-group channels to form one axis: one channel
 per group (depthwise) or one group.
 """
+import math
+
 import dace
 
 from workbench.build import onednn
@@ -25,17 +27,10 @@ from workbench.ops.symbolic_sizes import sized
 from workbench.ops.window import sliding_window
 
 
-def _volume(sizes):
-    total = 1
-    for s in sizes:
-        total = total * s
-    return total
-
-
 def is_correlation(call, w, y) -> bool:
     """A Conv whose kernel covers more positions than its result (a weight gradient)."""
     try:
-        return bool(_volume(call.shape(w)[2:]) > _volume(call.shape(y)[2:]))
+        return bool(math.prod(call.shape(w)[2:]) > math.prod(call.shape(y)[2:]))
     except TypeError:   # symbolic sizes that do not order: leave it to the forward form
         return False
 
