@@ -4,7 +4,10 @@ A workbench-internal op (domain ``workbench``) made by the layout level
 (``transforms/layout``): a Transpose feeding a MatMul, or a 1x1 Conv's
 NCHW data, becomes a strided view of an operand instead of a copy.
 Attributes give each tensor a logical view over its stored row-major array,
-``<x>_shape`` and ``<x>_strides`` in elements, all of the output's rank r:
+``<x>_shape`` and ``<x>_strides`` in elements, all of the output's rank r
+(``<x>_layout``, when present, gives the strides the tensor is stored at
+instead of row-major: SiblingGemmsAsOne moves an output into columns of a
+wider array):
 
     A [*batch, M, K]   B [*batch, K, N]   Y, C [*batch, M, N]
     Y = alpha * A @ B + beta * C          (C, the bias, is optional)
@@ -19,9 +22,10 @@ the pure one is a parallel map over Y's elements, each a dot product loop.
 import dace
 
 from workbench.build.settings import blas_implementation
-from workbench.ops.index_maps import op_sdfg
+from workbench.ops.reduce import refuse_float16
 from workbench.ops.library_tasklet import library_tasklet
-from workbench.ops.registry import implements, mapped_tasklet
+from workbench.ops.registry import (implements, mapped_tasklet, outer_layout_sdfg,
+                                    row_major_strides)
 from workbench.ops.symbolic_sizes import cpp_size, maybe, sized, surely
 
 OP_TYPE = "MatMulStrided"
@@ -86,14 +90,27 @@ def _pointwise(call, state, label, ranges, reads, code, collapse=None):
     entry.map.collapse = collapse or len(ranges)
 
 
+def _stored_sdfg(call, name: str):
+    """The implementation's SDFG with each tensor at the strides it is stored at: the
+    views index that layout (``_dims`` checked it is the one they were written for)."""
+    refuse_float16(call)
+    sdfg = outer_layout_sdfg(call, name)
+    return sdfg, sdfg.add_state()
+
+
 def _dims(call):
+    """The views, batch dims, M, N and K; each tensor must be stored as its view was
+    written for: row-major, or the layout ``<x>_layout`` records."""
     a, y = call.input(0), call.output(0)
+    keys = {call.input(0): "a", call.input(1): "b", call.output(0): "y"}
+    if call.input(2):
+        keys[call.input(2)] = "c"
     for conn, desc in {**call.inputs, **call.outputs}.items():
-        step = 1  # the views are strides over row-major arrays
-        for n, s in zip(reversed(desc.shape), reversed(desc.strides)):
-            if n != 1 and s != step:
-                raise call.fail(f"'{conn}' is not row-major; its view strides would be wrong")
-            step *= n
+        laid = call.attr(f"{keys.get(conn)}_layout")
+        expected = attr_sizes(laid) if laid else row_major_strides(desc.shape)
+        if any(n != 1 and s != e for n, s, e in zip(desc.shape, desc.strides, expected)):
+            raise call.fail(f"'{conn}' is stored at strides {tuple(desc.strides)}, not "
+                            f"{tuple(expected)}; its view strides would be wrong")
     v = views(call)
     *batch, m, n = v[y][0]
     return v, tuple(batch), m, n, v[a][0][-1]
@@ -152,7 +169,7 @@ def matmul_strided(call):
     """Y[b.., m, n] = beta * C[b.., m, n] + sum_k alpha * A[b.., m, k] * B[b.., k, n]."""
     a, b, c, y = call.input(0), call.input(1), call.input(2), call.output(0)
     v, batch, M, N, K = _dims(call)
-    sdfg, state = op_sdfg(call, "matmul_strided")
+    sdfg, state = _stored_sdfg(call, "matmul_strided")
     if 0 in batch + (M, N):
         return sdfg
     index = [f"b{i}" for i in range(len(batch))]
@@ -237,7 +254,7 @@ def matmul_strided_blas(call):
     if (plan is None or dtype not in _BLAS_TYPES or 0 in batch + (M, N, K)
             or impl not in BLAS_ENVIRONMENTS):
         return matmul_strided(call)
-    sdfg, state = op_sdfg(call, "matmul_strided_blas")
+    sdfg, state = _stored_sdfg(call, "matmul_strided_blas")
     if call.input(2):
         init = sdfg.add_state_before(state, "bias")
         index = [f"b{i}" for i in range(len(batch))] + ["m", "n"]

@@ -208,7 +208,9 @@ def _register_reduce(op_type, stages):
         if op_type in ("ReduceLogSum", "ReduceLogSumExp") and np_dtype(call.dtype(x)).kind != "f":
             raise call.fail(f"{op_type} is defined for floating-point data only")
         grouping = Grouping(call.shape(x), reduced_axes(call, len(call.shape(x))))
-        sdfg, state = connector_sdfg(call, op_type.lower(), {y: grouping.kept_shape})
+        # the stages index X by memlets: a strided X (a column slice) is read in place
+        sdfg, state = connector_sdfg(call, op_type.lower(), {y: grouping.kept_shape},
+                                     strided=(x,))
         add_stages(sdfg, state, x, grouping, stages, targets={"y": y})
         return sdfg
 

@@ -290,18 +290,22 @@ def program_sdfg(call: OpCall, body, shapes: dict = None) -> dace.SDFG:
     return sdfg
 
 
-def connector_sdfg(call: OpCall, name: str, shapes: dict = None):
+def connector_sdfg(call: OpCall, name: str, shapes: dict = None, strided=()):
     """A new SDFG with one non-transient array per connector, and its state.
 
     ``shapes`` may give a connector another shape of the same size: the
     contiguous data is then seen reshaped inside (DaCe inlines it as a view).
+    Connectors in ``strided`` are indexed by the implementation's memlets only
+    (no pointer arithmetic, no reshape): they may be stored at any strides,
+    which ``keep_strides`` gives them inside.
     """
     sdfg = dace.SDFG(name)
     state = sdfg.add_state()
     for conn, desc in {**call.inputs, **call.outputs}.items():
         # Inside, the array is seen row-major. A strided View keeps its strides inside
-        # (keep_strides); an Array laid out otherwise (ChannelsLast) would be misread.
-        if type(desc) is dace.data.Array and not is_row_major(desc):
+        # (keep_strides); an Array laid out otherwise (ChannelsLast, or a View made an
+        # argument of a unit build) would be misread unless its reader is in ``strided``.
+        if type(desc) is dace.data.Array and not is_row_major(desc) and conn not in strided:
             raise call.fail(f"'{conn}' is stored with strides {tuple(desc.strides)} (channels-"
                             "last); this implementation reads row-major data only: run the "
                             "operator on oneDNN (OnOneDNN) or undo ChannelsLast")
