@@ -114,3 +114,26 @@ def test_an_operator_output_nothing_reads_still_expands_for_the_gpu(tmp_path):
     gru = workbench.open("zoo:gru_classifier")
     with pytest.raises(UnsupportedCaseError, match="no GPU implementation"):
         compile_sdfg(gru.sdfg, session_build_folder(f"{gru.build_slot}-gpu"), target="gpu")
+
+
+def test_a_training_step_after_auto_compiles_for_the_gpu():
+    """A training program's CUDA build: its loss, a reduction over every axis, used to
+    be a top-level sequential map reading device memory on the host (no training
+    program built for the GPU); after ``auto`` the update is a MultiSweep whose members
+    are row kernels, one reading its Q/K/V weight gradient as a column slice."""
+    from tests.training_helpers import attention_block
+    from workbench.ops.multi_sweep import row_layout
+    from workbench.ops.node import OnnxOp
+    tr = workbench.open(attention_block()).training(loss="mse", optimizer="adamw")
+    tr.optimize("auto")
+    sweeps = [(n, st) for n, st in tr.sdfg.all_nodes_recursive()
+              if isinstance(n, OnnxOp) and n.op_type == "MultiSweep"]
+    assert any(row_layout(tr.sdfg.arrays[e.src.data]) for n, st in sweeps
+               for e in st.in_edges(n))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build = compile_sdfg(tr.sdfg, session_build_folder(f"{tr.build_slot}-gpu"),
+                             target="gpu")
+    cuda = "\n".join(p.read_text() for p in (build.folder / "src" / "cuda").glob("*.cu"))
+    assert "__global__" in cuda and "cublas" in cuda.lower()
+    assert compile_cuda(build, "sm_80").is_file()

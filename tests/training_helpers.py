@@ -131,3 +131,50 @@ def _with_loss(prog):
     del m.graph.output[:]
     m.graph.output.append(loss_type)
     return onnx.utils.Extractor(m).extract_model([i.name for i in m.graph.input], ["loss"])
+
+
+def attention_block(seq: int = 8, hidden: int = 16, heads: int = 2) -> onnx.ModelProto:
+    """One self-attention block as exporters write BERT's: Q/K/V as MatMul + Add, heads
+    split by Reshape + Transpose, the context merged back and projected."""
+    rng = np.random.default_rng(3)
+    inits, nodes = [], []
+
+    def weight(name, shape, scale=0.4):
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def shape(name, dims):
+        inits.append(numpy_helper.from_array(np.array(dims, np.int64), name))
+        return name
+
+    heads = shape("heads_shape", [1, seq, heads, hidden // heads])
+    merged = shape("merged_shape", [1, seq, hidden])
+    split = {}
+    for part, perm in (("query", [0, 2, 1, 3]), ("key", [0, 2, 3, 1]), ("value", [0, 2, 1, 3])):
+        w, b = weight(f"{part}.weight", (hidden, hidden)), weight(f"{part}.bias", (hidden,))
+        nodes += [helper.make_node("MatMul", ["x", w], [f"{part}_mm"], name=f"/{part}/MatMul"),
+                  helper.make_node("Add", [b, f"{part}_mm"], [part], name=f"/{part}/Add"),
+                  helper.make_node("Reshape", [part, heads], [f"{part}_h"],
+                                   name=f"/{part}/Reshape"),
+                  helper.make_node("Transpose", [f"{part}_h"], [f"{part}_t"], perm=perm,
+                                   name=f"/{part}/Transpose")]
+        split[part] = f"{part}_t"
+    wo = weight("out.weight", (hidden, hidden))
+    nodes += [helper.make_node("MatMul", [split["query"], split["key"]], ["scores"],
+                               name="/attn/MatMul"),
+              helper.make_node("Softmax", ["scores"], ["probs"], axis=-1, name="/attn/Softmax"),
+              helper.make_node("MatMul", ["probs", split["value"]], ["ctx"],
+                               name="/attn/MatMul_1"),
+              helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3],
+                               name="/attn/Transpose"),
+              helper.make_node("Reshape", ["ctx_t", merged], ["ctx_m"], name="/attn/Reshape"),
+              helper.make_node("MatMul", ["ctx_m", wo], ["out"], name="/out/MatMul")]
+    graph = helper.make_graph(
+        nodes, "attention",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, hidden])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, seq, hidden])],
+        initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model)
+    return model

@@ -26,7 +26,8 @@ Rules:
    reductions; it becomes a View of its column slice of the [M, N] result.
    (MultiSweep indexes flat: UpdateInOnePass runs after this step and leaves
    a strided gradient's update as its own kernel.)
-4. No Y_i reaches the writer of any B_j: the one GEMM waits for every B_j.
+4. No Y_i and no B_i reaches the writer of any B_j: the one GEMM, and every
+   reader of the columns, waits for every B_j.
 The bytes moved fall by (k - 1) reads of A; the slices' row stride is a
 leading dimension to BLAS and a row loop's step to the element-wise readers.
 """
@@ -102,11 +103,17 @@ def _views_of(state, access) -> list:
     return found
 
 
+def elementwise(node) -> bool:
+    """An element-wise operator (a table op, a comparison, Where, a fused group): its
+    implementation indexes every tensor by its shape, through the tensor's strides."""
+    return isinstance(node, OnnxOp) and (prog.is_elementwise(node)
+                                         or prog.mask_expression(node) is not None)
+
+
 def reads_through_strides(node) -> bool:
-    """An operator whose implementation indexes its tensors through their strides."""
-    return isinstance(node, OnnxOp) and (
-        prog.is_elementwise(node)
-        or (node.op_type in REDUCE_OPS and node.implementation in (None, "pure")))
+    """An operator whose implementation indexes its inputs through their strides."""
+    return elementwise(node) or (isinstance(node, OnnxOp) and node.op_type in REDUCE_OPS
+                                 and node.implementation in (None, "pure"))
 
 
 def _operand(sdfg, state, access, width: int, gemm, writer_ok):
@@ -148,7 +155,7 @@ def _operand(sdfg, state, access, width: int, gemm, writer_ok):
 
 
 def _b_writer(node) -> bool:
-    return node.op_type == STRIDED or prog.is_elementwise(node)
+    return node.op_type == STRIDED or elementwise(node)
 
 
 def _sibling_key(sdfg, state, gemm):
@@ -214,6 +221,9 @@ def group_plan(sdfg, state, node):
     writers = {producer(state, b.root) for b in bs}
     if _reaches(state, {y.root for y in ys}, writers):
         return Refusal(f"a result of {prog.fused_name(gemms)} feeds another one's B (rule 4)")
+    if _reaches(state, {b.root for b in bs}, writers):
+        return Refusal(f"one B of {prog.fused_name(gemms)} feeds the writer of another "
+                       f"(rule 4): every reader of the columns waits for all of them")
     if gemms[0] is not node:
         return None   # the first Gemm's match names this one as a partner
     return Plan(gemms, a, bs, ys, int(rows), int(cols), state)

@@ -14,8 +14,9 @@ Rules:
 1. A member is an element-wise operator (a FusedElementwise or a table op,
    ``program.py``) of the update (ONNX name under ``/optimizer/``,
    ``training/naming.py``), whose tensors are all of one float dtype, plain
-   row-major Arrays (members index them flat; a row-major View only read),
-   of static sizes: every array it writes, and every array it reads, holds
+   row-major Arrays (members index them flat; a View only read, row-major
+   or stored as rows of contiguous values, as SiblingGemmsAsOne leaves a
+   weight gradient), of static sizes: every array it writes, and every array it reads, holds
    either the member's element count (the same shape up to size-1 axes) or
    one element (a scalar all its elements read).
 2. No member writes an array it reads (in place) or an array another member
@@ -42,7 +43,7 @@ from transforms.graph import ident, node_text, shape_text
 from workbench import nodeid
 from workbench.errors import TransformationError
 from workbench.ops.fused import program_lines
-from workbench.ops.multi_sweep import DOMAIN, OP_TYPE
+from workbench.ops.multi_sweep import DOMAIN, OP_TYPE, row_layout
 from workbench.ops.node import OnnxOp
 from workbench.ops.simd import substitute
 from workbench.training.naming import training_role
@@ -82,10 +83,12 @@ def problem(sdfg, state, node) -> str:
     name = node.onnx_name
     if prog.dtype_of(sdfg, state, node) is None:
         return f"{name}'s tensors are not all float32 or all float64"
-    strided = strided_arrays(sdfg, state, node)
-    if strided:
-        return (f"{name} reads or writes '{strided[0]}' stored with strides "
-                f"{tuple(sdfg.arrays[strided[0]].strides)}; the one pass indexes arrays flat")
+    written = {e.dst.data for e in state.out_edges(node)}
+    for data in strided_arrays(sdfg, state, node):
+        if data in written or not row_layout(sdfg.arrays[data]):
+            return (f"{name} {'writes' if data in written else 'reads'} '{data}' stored with "
+                    f"strides {tuple(sdfg.arrays[data].strides)}; the one pass writes arrays "
+                    f"flat and reads them flat or as rows of contiguous values")
     out_shape = prog.output_shape(sdfg, state, node)
     n = _elements(out_shape)
     if n is None:
@@ -95,7 +98,7 @@ def problem(sdfg, state, node) -> str:
     read, written = set(), set()
     for access, writes in _touched(state, node):
         desc = sdfg.arrays[access.data]
-        # a row-major View is read flat like its data (strided ones are refused above);
+        # a View is read like its data (flat, or by rows: checked above);
         # a write through one would alias an array the pass does not see
         plain = type(desc) is dace.data.Array or (isinstance(desc, dace.data.View)
                                                   and not writes)

@@ -12,7 +12,10 @@ more than their arithmetic.
 
 A member's code is a FusedElementwise program over the node's connectors:
 an array of the member's size is read or written element by element (flat,
-row-major), an array of one element is a scalar every element reads. The
+row-major), an array of one element is a scalar every element reads. An
+input may instead be stored as rows of W contiguous values ld apart (a
+column slice: SiblingGemmsAsOne's weight gradients); a member reading one
+walks its piece row by row, every array at its own row step. The
 members' elements are laid end to end and the total is split among the
 threads in equal contiguous ranges, which may cross members: a thread runs
 the tail of one member's loop and the head of the next. Each piece is the
@@ -20,7 +23,8 @@ member's own ``#pragma omp simd`` row loop, so its vectorization is kept.
 Scalars are tasklet values: read once, before the region.
 
 The GPU build runs each member as a row kernel of its own (one launch each,
-as before the fusion): the one-region schedule is for CPU threads.
+as before the fusion): the one-region schedule is for CPU threads. A member
+reading rows is a kernel over [rows, W], its other arrays seen so too.
 """
 import re
 
@@ -57,6 +61,17 @@ const long long b_ = (hi_ < {end}LL ? hi_ : {end}LL) - {first}LL;
 {loop}
 }}"""
 
+# The same piece walked row by row: rows of {width} values, each array at its own row step.
+ROW_PIECE = """{{
+const long long a_ = (lo_ > {first}LL ? lo_ : {first}LL) - {first}LL;
+const long long b_ = (hi_ < {end}LL ? hi_ : {end}LL) - {first}LL;
+for (long long r_ = a_ / {width}LL; r_ * {width}LL < b_; ++r_) {{
+const long long s_ = a_ > r_ * {width}LL ? a_ - r_ * {width}LL : 0LL;
+const long long e_ = b_ < (r_ + 1) * {width}LL ? b_ - r_ * {width}LL : {width}LL;
+{loop}
+}}
+}}"""
+
 
 def elements(shape) -> int:
     n = 1
@@ -65,10 +80,41 @@ def elements(shape) -> int:
     return n
 
 
-def _tokens(sizes: dict, prefix: str = "") -> dict:
+def _tokens(sizes: dict, prefix: str = "", rows: dict = None, width: int = 0) -> dict:
     """Connector -> its element in the member's loop (``j_``): an array of the member's
-    size is indexed, one of a single element is a scalar."""
-    return {c: f"{prefix}{c}" if size == 1 else f"{prefix}{c}[j_]" for c, size in sizes.items()}
+    size is indexed, one of a single element is a scalar. With ``width``, the loop runs
+    along row ``r_``: an array of ``rows`` (connector -> (W, ld)) steps ld per row, the
+    others ``width``."""
+    def element(c):
+        if not width:
+            return f"{prefix}{c}[j_]"
+        step = (rows or {}).get(c, (width, width))[1]
+        return f"{prefix}{c}[r_ * {step} + j_]"  # r_ is a long long
+    return {c: f"{prefix}{c}" if size == 1 else element(c) for c, size in sizes.items()}
+
+
+def row_layout(desc):
+    """(W, ld) of an array stored as rows of W contiguous values ld apart (ld > W);
+    None for a row-major one; False for any other layout."""
+    from workbench.ops.registry import is_row_major
+    if is_row_major(desc):
+        return None
+    try:
+        dims = [(int(n), int(s)) for n, s in zip(desc.shape, desc.strides) if int(n) != 1]
+    except TypeError:   # a symbolic size or stride
+        return False
+    width, k = 1, len(dims)
+    while k > 0 and dims[k - 1][1] == width:
+        k -= 1
+        width *= dims[k][0]
+    if k == 0:
+        return None
+    ld, step = dims[k - 1][1], dims[k - 1][1]
+    for n, stride in reversed(dims[:k]):
+        if stride != step:
+            return False
+        step *= n
+    return (width, ld) if ld > width else False
 
 
 def member_sizes(call) -> dict:
@@ -92,6 +138,49 @@ def names_in(code: str) -> set:
     return set(_IDENT.findall(code))
 
 
+def _row_inputs(call, ins, outs) -> dict:
+    """Input -> (W, ld) for the inputs stored as rows (outputs are written flat)."""
+    rows = {}
+    for c in ins + outs:
+        desc = call.inputs[c] if c in call.inputs else call.outputs[c]
+        laid = row_layout(desc)
+        if laid is False or (laid and c in outs):
+            raise call.fail(f"'{c}' is stored at strides {tuple(desc.strides)}: members "
+                            f"write flat arrays and read flat ones or rows of one width")
+        if laid:
+            rows[c] = laid
+    return rows
+
+
+def _kernel_shapes(call, members, sizes, rows) -> tuple:
+    """(member -> its loop: (W,) for rows of W, () flat; connector -> its shape inside,
+    for the GPU's row kernels: a member reading rows is a kernel over that input's shape,
+    and the flat arrays it reads or writes are seen so too)."""
+    widths, kernels, wanted = [], [], {}
+    for member in members:
+        names = names_in(member["code"])
+        stored = {c for c in rows if c in names}
+        found = {rows[c][0] for c in stored}
+        shapes = {tuple(call.shape(c)) for c in stored}
+        if len(found) > 1 or (found and member["size"] % next(iter(found))):
+            raise call.fail(f"a member of {member['size']} elements reads rows of widths "
+                            f"{sorted(found)}")
+        if len(shapes) > 1 and target() == "gpu":
+            raise call.fail(f"a member of {member['size']} elements reads rows of shapes "
+                            f"{sorted(shapes)}")
+        widths.append(tuple(found))
+        kernels.append(shapes.pop() if shapes else (member["size"],))
+        for c in names:
+            if c in sizes and c not in rows and sizes[c] != 1:
+                wanted.setdefault(c, set()).add(kernels[-1])
+    inside = {c: (sizes[c],) for c in sizes if c not in rows}
+    for c, seen in wanted.items():
+        if len(seen) > 1 and target() == "gpu":
+            raise call.fail(f"'{c}' is read by members that walk it in different shapes")
+        inside[c] = next(iter(seen)) if target() == "gpu" else inside[c]
+    return widths, kernels, inside
+
+
 @implements(OP_TYPE, internal=True)
 def multi_sweep(call):
     """One OpenMP region over every member's elements (CPU); a row kernel each (GPU)."""
@@ -100,26 +189,35 @@ def multi_sweep(call):
     outs = [c for c in call.node.onnx_outputs if c]
     sizes = member_sizes(call)
     _check(call, members, sizes)
-    # every array seen flat: members index them by their row-major position
-    sdfg, state = connector_sdfg(call, "multi_sweep", {c: (sizes[c],) for c in sizes})
+    rows = _row_inputs(call, ins, outs)
+    widths, kernels, inside = _kernel_shapes(call, members, sizes, rows)
+    # every other array seen flat: members index them by their row-major position
+    sdfg, state = connector_sdfg(call, "multi_sweep", inside, strided=tuple(rows))
+    for c in rows:   # what the row kernels index by (keep_strides sets it again after)
+        stored = call.inputs[c]
+        sdfg.arrays[c].strides, sdfg.arrays[c].total_size = stored.strides, stored.total_size
     ctype = call.dtype(outs[0]).ctype
     if target() == "gpu":
         for k, member in enumerate(members):
             names = names_in(member["code"])
-            used_in = {c: (c, (sizes[c],)) for c in ins if c in names}
-            used_out = {c: (c, (sizes[c],)) for c in outs if c in names}
-            add_row_kernel(state, f"member{k}", (member["size"],), used_in,
+            used_in = {c: (c, sdfg.arrays[c].shape) for c in ins if c in names}
+            used_out = {c: (c, sdfg.arrays[c].shape) for c in outs if c in names}
+            add_row_kernel(state, f"member{k}", kernels[k], used_in,
                            program_lines(member["code"]), used_out, ctype)
         return sdfg
     pieces, first = [], 0
-    for member in members:
+    for member, width in zip(members, widths):
         n = member["size"]
-        tokens = _tokens(sizes, "__")
+        tokens = _tokens(sizes, "__", rows, width[0] if width else 0)
         body = [(tokens.get(name, name), substitute(expr, tokens))
                 for name, expr in program_lines(member["code"])]
-        loop = row_loop(body, ctype, n, "a_", "b_",
-                        outputs={tokens[c] for c in outs})
-        pieces.append(PIECE.format(first=first, end=first + n, loop=loop))
+        if width:
+            loop = row_loop(body, ctype, n, "s_", "e_", outputs={tokens[c] for c in outs})
+            pieces.append(ROW_PIECE.format(first=first, end=first + n, width=width[0],
+                                           loop=loop))
+        else:
+            loop = row_loop(body, ctype, n, "a_", "b_", outputs={tokens[c] for c in outs})
+            pieces.append(PIECE.format(first=first, end=first + n, loop=loop))
         first += n
     code = REGION.format(total=first, pieces="\n".join(pieces))
     tasklet = state.add_tasklet(f"{call.node.label}_region", {f"__{c}" for c in ins},

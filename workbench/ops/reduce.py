@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import dace
 import numpy as np
 
+from workbench.build.settings import target
 from workbench.ops.registry import connector_sdfg, implements, mapped_tasklet, np_dtype
 
 
@@ -167,6 +168,10 @@ def _reduce_map(state, label, grouping: Grouping, x: str, reads: dict, code: str
     scopes = []
     for reduced in (False, True):
         ranges = grouping.ranges(reduced, "__")
+        if not ranges and not reduced and target() == "gpu":
+            # every axis reduced: one group, still a kernel (a top-level sequential map
+            # would run on the host, reading device memory)
+            ranges = {"__g": "0:1"}
         if ranges:
             schedule = dace.ScheduleType.Sequential if reduced else dace.ScheduleType.Default
             scopes.append(state.add_map(f"{label}_{'reduce' if reduced else 'groups'}", ranges,
