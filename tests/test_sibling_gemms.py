@@ -96,6 +96,8 @@ def _update_kernels(tr) -> list:
 
 @pytest.mark.parametrize("model, widths, a_bytes", [
     (attention_block, "16x16+16+16", 8 * 16 * 4),
+    # the Q/K/V input gradients (dY @ W^T, Gemms) read the dY columns in place
+    (lambda: attention_block(project_input=True), "16x16+16+16", 8 * 16 * 4),
     (_two_branches, "16x24+8", 6 * 16 * 4)])
 def test_weight_gradients_sharing_an_input_run_as_one_gemm(model, widths, a_bytes):
     def session():

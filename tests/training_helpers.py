@@ -133,9 +133,12 @@ def _with_loss(prog):
     return onnx.utils.Extractor(m).extract_model([i.name for i in m.graph.input], ["loss"])
 
 
-def attention_block(seq: int = 8, hidden: int = 16, heads: int = 2) -> onnx.ModelProto:
+def attention_block(seq: int = 8, hidden: int = 16, heads: int = 2,
+                    project_input: bool = False) -> onnx.ModelProto:
     """One self-attention block as exporters write BERT's: Q/K/V as MatMul + Add, heads
-    split by Reshape + Transpose, the context merged back and projected."""
+    split by Reshape + Transpose, the context merged back and projected. With
+    ``project_input``, Q/K/V read a projection of x (as a later layer reads the one
+    before): their input gradients are then computed too."""
     rng = np.random.default_rng(3)
     inits, nodes = [], []
 
@@ -150,10 +153,15 @@ def attention_block(seq: int = 8, hidden: int = 16, heads: int = 2) -> onnx.Mode
 
     heads = shape("heads_shape", [1, seq, heads, hidden // heads])
     merged = shape("merged_shape", [1, seq, hidden])
-    split = {}
+    split, source = {}, "x"
+    if project_input:
+        nodes.append(helper.make_node("MatMul", ["x", weight("in.weight", (hidden, hidden))],
+                                      ["x_in"], name="/in/MatMul"))
+        source = "x_in"
     for part, perm in (("query", [0, 2, 1, 3]), ("key", [0, 2, 3, 1]), ("value", [0, 2, 1, 3])):
         w, b = weight(f"{part}.weight", (hidden, hidden)), weight(f"{part}.bias", (hidden,))
-        nodes += [helper.make_node("MatMul", ["x", w], [f"{part}_mm"], name=f"/{part}/MatMul"),
+        nodes += [helper.make_node("MatMul", [source, w], [f"{part}_mm"],
+                                   name=f"/{part}/MatMul"),
                   helper.make_node("Add", [b, f"{part}_mm"], [part], name=f"/{part}/Add"),
                   helper.make_node("Reshape", [part, heads], [f"{part}_h"],
                                    name=f"/{part}/Reshape"),

@@ -19,13 +19,14 @@ Rules:
    root's writer writes through those strides: a MatMulStrided (its output
    view is re-expressed, ``transforms/layout/strided.py``) or an element-wise
    operator (it indexes its output through the array's strides). Every other
-   reader of the root or its Views is element-wise or a pure reduction, which
-   index through strides too.
+   reader of the root or its Views is element-wise, a pure reduction, or a
+   Gemm reading it as A or B (at a leading dimension): each indexes through
+   strides too.
 3. Each Y_i is a transient Array written only by its Gemm, it and its Views
-   split into M rows of N_i values, and its readers are element-wise or pure
-   reductions; it becomes a View of its column slice of the [M, N] result.
-   (MultiSweep indexes flat: UpdateInOnePass runs after this step and leaves
-   a strided gradient's update as its own kernel.)
+   split into M rows of N_i values, and its readers are of those kinds; it
+   becomes a View of its column slice of the [M, N] result. (UpdateInOnePass
+   runs after this step in ``auto``: its MultiSweep reads a column slice row
+   by row.)
 4. No Y_i and no B_i reaches the writer of any B_j: the one GEMM, and every
    reader of the columns, waits for every B_j.
 The bytes moved fall by (k - 1) reads of A; the slices' row stride is a
@@ -110,10 +111,16 @@ def elementwise(node) -> bool:
                                          or prog.mask_expression(node) is not None)
 
 
-def reads_through_strides(node) -> bool:
-    """An operator whose implementation indexes its inputs through their strides."""
-    return elementwise(node) or (isinstance(node, OnnxOp) and node.op_type in REDUCE_OPS
-                                 and node.implementation in (None, "pure"))
+def reads_through_strides(node, conn: str) -> bool:
+    """An operator whose implementation indexes input ``conn`` through its strides: a
+    Gemm reads A and B at a leading dimension (a layer's input gradient, dY @ W^T,
+    reads the dY its weight gradient reads)."""
+    if elementwise(node):
+        return True
+    return isinstance(node, OnnxOp) and (
+        (node.op_type in REDUCE_OPS and node.implementation in (None, "pure"))
+        or (node.op_type == "Gemm" and node.implementation in (None, "pure", "blas")
+            and conn in node.onnx_inputs[:2]))
 
 
 def _operand(sdfg, state, access, width: int, gemm, writer_ok):
@@ -146,7 +153,8 @@ def _operand(sdfg, state, access, width: int, gemm, writer_ok):
         for e in state.out_edges(node):
             if isinstance(e.dst, nodes.AccessNode):
                 continue
-            if e.dst is not gemm and e.dst is not writer and not reads_through_strides(e.dst):
+            if (e.dst is not gemm and e.dst is not writer
+                    and not reads_through_strides(e.dst, e.dst_conn)):
                 return (f"'{node.data}' is read by {e.dst.label}, which does not read "
                         f"through strides")
             if e.dst is writer:

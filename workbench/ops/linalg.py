@@ -111,7 +111,8 @@ def gemm_pure(call):
     a, b, c, y = call.input(0), call.input(1), call.input(2), call.output(0)
     alpha, beta = call.attr("alpha", 1.0), call.attr("beta", 1.0)
     M, K, N = _gemm_dims(call)
-    sdfg, state = connector_sdfg(call, "gemm")
+    # A and B are read by memlets: either may be a column slice read in place
+    sdfg, state = connector_sdfg(call, "gemm", strided=(a, b))
     if 0 in (M, N):
         return sdfg
     _bias(call, sdfg.add_state_before(state, "init"), c, y, beta, M, N, accumulate=False)
@@ -136,7 +137,8 @@ def gemm_blas(call):
         # DaCe's Gemm refuses size-1 dims; BLAS has no ints; DaCe's BLAS expansion
         # writes alpha into C++ as Python prints it ('inf', 'nan': no C++ names)
         return gemm_pure(call)
-    sdfg, state = connector_sdfg(call, "gemm_blas")
+    # DaCe's BLAS expansion takes the leading dimensions from A's and B's strides
+    sdfg, state = connector_sdfg(call, "gemm_blas", strided=(a, b))
     node = Gemm("gemm", transA=bool(call.attr("transA", 0)), transB=bool(call.attr("transB", 0)),
                 alpha=alpha, beta=0)
     node.implementation = impl
