@@ -81,9 +81,15 @@ def _two_branches() -> onnx.ModelProto:
              helper.make_node("Relu", ["s2"], ["r2"], name="/b/Relu"),
              helper.make_node("MatMul", ["r2", "w3"], ["r3"], name="/b/up/MatMul"),
              helper.make_node("Add", ["r1", "r3"], ["out"], name="/Add")]
+    return _on_x(nodes, inits, out_cols=24)
+
+
+def _on_x(nodes, inits, out_cols: int) -> onnx.ModelProto:
+    """The model of ``nodes`` from x [6, 16] to out [6, out_cols]."""
     graph = helper.make_graph(
-        nodes, "branches", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 16])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [6, 24])], initializer=inits)
+        nodes, "model", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 16])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [6, out_cols])],
+        initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.checker.check_model(model)
     return model
@@ -157,12 +163,7 @@ def _chained_gradients() -> onnx.ModelProto:
              helper.make_node("MatMul", ["x", "w2"], ["m2"], name="/b/MatMul"),
              helper.make_node("Add", ["u", "m2"], ["v"], name="/Add"),
              helper.make_node("Mul", ["v", "v"], ["out"], name="/Mul")]
-    graph = helper.make_graph(
-        nodes, "chained", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 16])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [6, 8])], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    onnx.checker.check_model(model)
-    return model
+    return _on_x(nodes, inits, out_cols=8)
 
 
 def test_a_b_its_sibling_s_writer_reads_is_left_apart():
