@@ -16,9 +16,9 @@ Rules:
    ``training/naming.py``), whose tensors are all of one float dtype, plain
    row-major Arrays (members index them flat; a View only read, row-major
    or stored as rows of contiguous values, as SiblingGemmsAsOne leaves a
-   weight gradient), of static sizes: every array it writes, and every array it reads, holds
-   either the member's element count (the same shape up to size-1 axes) or
-   one element (a scalar all its elements read).
+   weight gradient), of static sizes: every array it writes, and every
+   array it reads, holds either the member's element count (the same shape
+   up to size-1 axes) or one element (a scalar all its elements read).
 2. No member writes an array it reads (in place) or an array another member
    reads or writes: the members run at once, unordered among themselves.
 3. No member reaches another through the dataflow: the update's scalars

@@ -32,7 +32,7 @@ import dace
 
 from workbench.build.settings import target
 from workbench.ops.fused import program_lines
-from workbench.ops.registry import connector_sdfg, implements
+from workbench.ops.registry import connector_sdfg, implements, is_row_major
 from workbench.ops.simd import SIMD_MATH, add_row_kernel, row_loop, substitute
 
 OP_TYPE = "MultiSweep"
@@ -96,7 +96,6 @@ def _tokens(sizes: dict, prefix: str = "", rows: dict = None, width: int = 0) ->
 def row_layout(desc):
     """(W, ld) of an array stored as rows of W contiguous values ld apart (ld > W);
     None for a row-major one; False for any other layout."""
-    from workbench.ops.registry import is_row_major
     if is_row_major(desc):
         return None
     try:
